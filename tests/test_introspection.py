@@ -1,0 +1,81 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import pytest
+import tensorflow as tf
+
+from companion.introspection import PLUMBING_OPS, layer_edges, traced_ops, weights_table
+
+
+def test_traced_ops_of_dense_layer_include_matmul_and_biasadd():
+    ops = traced_ops(keras.layers.Dense(3, activation="relu"), tf.TensorSpec([None, 4], tf.float32))
+    assert {"MatMul", "BiasAdd", "Relu"} <= set(ops)
+    assert ops.index("MatMul") < ops.index("BiasAdd") < ops.index("Relu")
+
+
+def test_traced_ops_of_plain_function_and_tf_function():
+    def scaled_relu(x):
+        return tf.nn.relu(x * 2.0)
+
+    spec = tf.TensorSpec([None], tf.float32)
+    assert traced_ops(scaled_relu, spec) == ["Const", "Mul", "Relu"]
+    assert traced_ops(tf.function(scaled_relu), spec) == ["Const", "Mul", "Relu"]
+
+
+def test_traced_ops_hides_plumbing_unless_asked():
+    everything = traced_ops(tf.math.sin, tf.TensorSpec([2], tf.float32), ignore=())
+    assert "Placeholder" in everything and "Sin" in everything
+    assert not PLUMBING_OPS & set(traced_ops(tf.math.sin, tf.TensorSpec([2], tf.float32)))
+
+
+def test_traced_ops_rejects_non_callable():
+    with pytest.raises(TypeError, match="^fn: expected a callable"):
+        traced_ops(3, tf.constant(1.0))
+
+
+def test_weights_table_empty_before_build_then_lists_kernel_and_bias():
+    dense = keras.layers.Dense(3, name="probe")
+    assert weights_table(dense) == []
+    dense(tf.zeros([2, 5]))
+    assert weights_table(dense) == [
+        ("probe/kernel", (5, 3), "float32", True),
+        ("probe/bias", (3,), "float32", True),
+    ]
+
+
+def test_weights_table_marks_non_trainable_weights():
+    norm = keras.layers.BatchNormalization(name="bn")
+    norm.build((None, 4))
+    trainable = {path: flag for path, _, _, flag in weights_table(norm)}
+    assert trainable == {"bn/gamma": True, "bn/beta": True, "bn/moving_mean": False, "bn/moving_variance": False}
+
+
+def test_weights_table_rejects_non_layers():
+    with pytest.raises(TypeError, match="^layer: expected a keras.layers.Layer"):
+        weights_table(tf.Variable(1.0))
+
+
+def test_layer_edges_functional_and_sequential():
+    a = keras.Input((4,), name="a")
+    b = keras.Input((2,), name="b")
+    joined = keras.layers.Concatenate(name="join")([keras.layers.Dense(3, name="da")(a), b])
+    model = keras.Model([a, b], keras.layers.Dense(1, name="out")(joined))
+    assert sorted(layer_edges(model)) == sorted([("a", "da"), ("da", "join"), ("b", "join"), ("join", "out")])
+
+    seq = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="h"), keras.layers.Dense(1, name="o")])
+    assert layer_edges(seq) == [("h", "o")]
+
+
+def test_layer_edges_rejects_subclassed_models():
+    class Tiny(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.dense(x)
+
+    with pytest.raises(TypeError, match="subclassed"):
+        layer_edges(Tiny())

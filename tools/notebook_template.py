@@ -1,0 +1,124 @@
+"""The setup cell that opens every chapter, kept in one place and stamped into notebooks.
+
+    python tools/notebook_template.py check            # exit 1 if any notebook's setup cell is stale
+    python tools/notebook_template.py stamp            # rewrite the setup cell of every notebook
+    python tools/notebook_template.py new book/NN_name.ipynb "Title"   # start a new chapter
+
+The repository URL comes from ``_config.yml`` (``repository.url``): change it there, run
+``make stamp``, and every notebook installs the companion from the new home.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = ROOT / "book"
+SETUP_TAGS = ["nbval-ignore-output"]
+SETUP_CELL = '''\
+# Setup, the same in every chapter (in Colab it installs the companion first).
+import importlib.util
+import sys
+
+if "google.colab" in sys.modules and not importlib.util.find_spec("companion"):
+    %pip install -q "white-box-tf @ git+{url}"
+    importlib.invalidate_caches()
+try:
+    from companion.notebook import setup
+except ModuleNotFoundError as error:
+    raise ModuleNotFoundError(
+        "companion is not installed in this kernel's Python: run `make book` at "
+        "the repository root (it creates .venv) or `pip install -e .`"
+    ) from error
+
+info = setup()'''
+
+
+def repository_url() -> str:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    return config["repository"]["url"]
+
+
+def setup_source() -> str:
+    return SETUP_CELL.format(url=repository_url())
+
+
+def chapter_notebooks() -> list[Path]:
+    return sorted(BOOK.glob("*.ipynb"))
+
+
+def first_code_cell(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
+    return next((cell for cell in notebook.cells if cell.cell_type == "code"), None)
+
+
+def problem(path: Path) -> str | None:
+    """Why the notebook's setup cell is not the current template, or None if it is."""
+    cell = first_code_cell(nbformat.read(path, as_version=4))
+    if cell is None:
+        return "has no code cell"
+    if cell.source != setup_source():
+        return "first code cell differs from the setup template"
+    if set(SETUP_TAGS) - set(cell.metadata.get("tags", [])):
+        return f"setup cell lacks the tags {SETUP_TAGS}"
+    return None
+
+
+def stamp(path: Path) -> bool:
+    """Write the current setup cell into ``path``; return True if the file changed."""
+    notebook = nbformat.read(path, as_version=4)
+    cell = first_code_cell(notebook)
+    if cell is None:
+        raise ValueError(f"{path}: expected a notebook with a setup code cell, found no code cell")
+    tags = cell.metadata.get("tags", [])
+    if cell.source == setup_source() and set(SETUP_TAGS) <= set(tags):
+        return False
+    cell.source = setup_source()
+    cell.metadata["tags"] = sorted(set(tags) | set(SETUP_TAGS))
+    nbformat.write(notebook, path)
+    return True
+
+
+def new(path: Path, title: str) -> None:
+    """Create a chapter notebook: title, setup cell, and the summary/exercises headings."""
+    if path.exists():
+        raise FileExistsError(f"{path}: already exists; pick a new chapter file name")
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata.update(
+        kernelspec={"name": "python3", "display_name": "Python 3", "language": "python"},
+        language_info={"name": "python"},
+    )
+    setup = nbformat.v4.new_code_cell(setup_source(), metadata={"tags": list(SETUP_TAGS)})
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell(f"# {title}\n\nWhat this chapter teaches, in two sentences."),
+        setup,
+        nbformat.v4.new_markdown_cell("## Summary\n\n## Exercises"),
+    ]
+    nbformat.write(notebook, path)
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "check"
+    if command == "check":
+        problems = [f"{p.relative_to(ROOT)}: {why}" for p in chapter_notebooks() if (why := problem(p))]
+        print("\n".join(problems) or f"setup cell current in {len(chapter_notebooks())} notebooks")
+        if problems:
+            print("run `make stamp` to update them", file=sys.stderr)
+        return 1 if problems else 0
+    if command == "stamp":
+        changed = [p.name for p in chapter_notebooks() if stamp(p)]
+        print(f"stamped {len(changed)} notebook(s): {', '.join(changed) or '-'}")
+        return 0
+    if command == "new" and len(argv) == 3:
+        new(Path(argv[1]), argv[2])
+        print(f"created {argv[1]}; add it to _toc.yml, write it, then `make execute`")
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
