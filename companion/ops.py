@@ -1,0 +1,222 @@
+"""Custom ops built by composing TensorFlow ops (custom-op path 1, chapter 2).
+
+Every function here is a few lines of ordinary TensorFlow: autodiff, ``tf.function``
+and XLA work with no extra code. What takes care is numerical stability: each op is
+written so that it stays finite at extreme inputs (``x = ±1000`` in float32 and float64)
+and so that its *gradient* stays finite too, which needs the "double ``tf.where``" trick
+wherever a branch would overflow.
+
+    >>> import tensorflow as tf
+    >>> from companion.ops import swish, softplus, mish, logsumexp, masked_mean
+    >>> [round(float(v), 4) for v in softplus(tf.constant([-1000.0, 0.0, 1000.0]))]
+    [0.0, 0.6931, 1000.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from numbers import Real
+from typing import Any
+
+import tensorflow as tf
+
+Axis = int | Sequence[int] | None
+
+
+def _float_tensor(value: Any, name: str) -> tf.Tensor:
+    """Convert ``value`` to a tensor and insist on a floating-point dtype."""
+    try:
+        tensor = tf.convert_to_tensor(value)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name}: expected a floating-point tensor, got {type(value).__name__}") from error
+    if not tensor.dtype.is_floating:
+        raise TypeError(
+            f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64),"
+            f" got dtype {tensor.dtype.name}; cast it first, e.g. tf.cast({name}, tf.float32)"
+        )
+    return tensor
+
+
+def _check_axis(axis: Axis, rank: int | None) -> Axis:
+    """Validate a reduction axis (None, an int or a sequence of ints) against ``rank``."""
+    if axis is None:
+        return None
+    axes = [axis] if isinstance(axis, int) and not isinstance(axis, bool) else axis
+    if not isinstance(axes, Sequence) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
+        raise TypeError(f"axis: expected None, an int or a sequence of ints, got {axis!r}")
+    if rank is not None and any(not -rank <= a < rank for a in axes):
+        raise ValueError(f"axis: expected values in [{-rank}, {rank}) for a rank-{rank} input, got {axis!r}")
+    return axis if isinstance(axis, int) else list(axes)
+
+
+def swish(x: Any, beta: Any = 1.0) -> tf.Tensor:
+    """Swish activation ``x * sigmoid(beta * x)`` (Ramachandran et al., 2017).
+
+    With ``beta=1`` this is SiLU and equals ``tf.nn.silu`` bit for bit. ``beta`` may be a
+    ``tf.Variable``, which makes it trainable: the gradient reaches it like any other weight.
+
+    Args:
+        x: Floating-point tensor (or array/list convertible to one).
+        beta: A finite real number, or a floating-point scalar tensor or variable.
+
+    Returns:
+        A tensor with the shape and dtype of ``x``.
+
+    Raises:
+        TypeError: If ``x`` is not floating point, or ``beta`` is not a real number
+            or a floating-point scalar tensor (``bool`` is rejected).
+        ValueError: If ``beta`` is a non-finite number or a tensor of rank > 0.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> x = tf.constant([-2.0, 0.0, 2.0])
+        >>> bool(tf.reduce_all(swish(x) == tf.nn.silu(x)))
+        True
+    """
+    x = _float_tensor(x, "x")
+    if isinstance(beta, (tf.Tensor, tf.Variable)):
+        if not beta.dtype.is_floating:
+            raise TypeError(f"beta: expected a floating-point scalar tensor, got dtype {beta.dtype.name}")
+        if beta.shape.rank not in (None, 0):
+            raise ValueError(f"beta: expected a scalar (rank 0), got shape {beta.shape}")
+        beta = tf.cast(beta, x.dtype)
+    elif isinstance(beta, bool) or not isinstance(beta, Real):
+        raise TypeError(f"beta: expected a real number or a float scalar tensor, got {type(beta).__name__} {beta!r}")
+    elif not math.isfinite(beta):
+        raise ValueError(f"beta: expected a finite number, got {beta!r}")
+    return x * tf.sigmoid(beta * x)
+
+
+def softplus(x: Any) -> tf.Tensor:
+    """Numerically stable softplus ``log(1 + exp(x))``, with a correct gradient everywhere.
+
+    Computed as ``x + log1p(exp(-x))`` for ``x > 0`` and ``log1p(exp(x))`` otherwise, so
+    ``exp`` never overflows. Each branch only ever sees inputs that are safe for it (the
+    double ``tf.where`` trick), so the gradient ``sigmoid(x)`` is finite at ``x = ±1000``
+    and 0.5 at ``x = 0`` (the textbook ``relu(x) + log1p(exp(-|x|))`` gives 0 there).
+
+    Args:
+        x: Floating-point tensor.
+
+    Returns:
+        A tensor with the shape and dtype of ``x``; equals ``tf.nn.softplus(x)``.
+
+    Raises:
+        TypeError: If ``x`` is not floating point.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> [round(float(v), 4) for v in softplus(tf.constant([-20.0, 0.0, 1000.0]))]
+        [0.0, 0.6931, 1000.0]
+    """
+    x = _float_tensor(x, "x")
+    positive = x > 0
+    x_pos = tf.where(positive, x, tf.zeros_like(x))  # the positive branch sees only x > 0
+    x_neg = tf.where(positive, tf.zeros_like(x), x)  # the other branch sees only x <= 0
+    return tf.where(positive, x_pos + tf.math.log1p(tf.exp(-x_pos)), tf.math.log1p(tf.exp(x_neg)))
+
+
+def mish(x: Any) -> tf.Tensor:
+    """Mish activation ``x * tanh(softplus(x))`` (Misra, 2019), built on the stable :func:`softplus`.
+
+    Args:
+        x: Floating-point tensor.
+
+    Returns:
+        A tensor with the shape and dtype of ``x``; equals ``keras.activations.mish(x)``.
+
+    Raises:
+        TypeError: If ``x`` is not floating point.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> round(float(mish(tf.constant(1.0))), 4)
+        0.8651
+    """
+    x = _float_tensor(x, "x")
+    return x * tf.tanh(softplus(x))
+
+
+def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> tf.Tensor:
+    """Numerically stable ``log(sum(exp(x), axis))``, the max-shift way.
+
+    Subtracts the maximum ``m`` before exponentiating: ``m + log(sum(exp(x - m)))``. The
+    shift is wrapped in ``tf.stop_gradient`` (it cancels out mathematically), so the
+    gradient is exactly ``softmax(x)``. Slices that are all ``-inf`` give ``-inf``, as in
+    ``tf.reduce_logsumexp``.
+
+    Args:
+        x: Floating-point tensor.
+        axis: Axis or axes to reduce; ``None`` reduces all of them.
+        keepdims: Keep reduced axes with length 1.
+
+    Returns:
+        The reduced tensor, same dtype as ``x``; equals ``tf.reduce_logsumexp``.
+
+    Raises:
+        TypeError: If ``x`` is not floating point, ``axis`` is not None/int/ints or
+            ``keepdims`` is not a bool.
+        ValueError: If an axis is out of range for the rank of ``x``.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> round(float(logsumexp(tf.constant([1000.0, 1000.0]))), 2)
+        1000.69
+    """
+    x = _float_tensor(x, "x")
+    axis = _check_axis(axis, x.shape.rank)
+    if not isinstance(keepdims, bool):
+        raise TypeError(f"keepdims: expected a bool, got {type(keepdims).__name__} {keepdims!r}")
+    shift = tf.stop_gradient(tf.reduce_max(x, axis=axis, keepdims=True))
+    shift = tf.where(tf.math.is_finite(shift), shift, tf.zeros_like(shift))  # all -inf slices
+    total = tf.math.log(tf.reduce_sum(tf.exp(x - shift), axis=axis, keepdims=True)) + shift
+    return total if keepdims else tf.squeeze(total, axis=axis)
+
+
+def masked_mean(x: Any, mask: Any, axis: Axis = None, keepdims: bool = False) -> tf.Tensor:
+    """Mean of the entries of ``x`` where ``mask`` is True, along ``axis``.
+
+    Masked-out entries never reach the arithmetic (``tf.where``, not ``x * mask``), so a
+    NaN or inf in padding cannot leak into the result or the gradient. A slice with no
+    selected entries has mean 0 (``tf.math.divide_no_nan``), not NaN.
+
+    Args:
+        x: Floating-point tensor.
+        mask: Boolean tensor broadcastable to the shape of ``x``.
+        axis: Axis or axes to average over; ``None`` averages over all of them.
+        keepdims: Keep reduced axes with length 1.
+
+    Returns:
+        The reduced tensor, same dtype as ``x``.
+
+    Raises:
+        TypeError: If ``x`` is not floating point, ``mask`` is not boolean, ``axis`` is not
+            None/int/ints or ``keepdims`` is not a bool.
+        ValueError: If ``mask`` does not broadcast to the shape of ``x`` or an axis is
+            out of range.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> x = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> mask = tf.constant([[True, True, False], [False, False, False]])
+        >>> masked_mean(x, mask, axis=1).numpy().tolist()
+        [1.5, 0.0]
+    """
+    x = _float_tensor(x, "x")
+    mask = tf.convert_to_tensor(mask)
+    if mask.dtype != tf.bool:
+        raise TypeError(f"mask: expected a boolean tensor, got dtype {mask.dtype.name}; use e.g. mask > 0")
+    try:
+        shape = tf.broadcast_static_shape(x.shape, mask.shape)
+    except ValueError as error:
+        raise ValueError(f"mask: expected a shape broadcastable to x's {x.shape}, got {mask.shape}") from error
+    if shape.rank is not None and x.shape.rank is not None and shape.rank > x.shape.rank:
+        raise ValueError(f"mask: expected at most x's rank {x.shape.rank}, got shape {mask.shape}")
+    axis = _check_axis(axis, x.shape.rank)
+    if not isinstance(keepdims, bool):
+        raise TypeError(f"keepdims: expected a bool, got {type(keepdims).__name__} {keepdims!r}")
+    mask = tf.broadcast_to(mask, tf.shape(x))
+    total = tf.reduce_sum(tf.where(mask, x, tf.zeros_like(x)), axis=axis, keepdims=keepdims)
+    count = tf.reduce_sum(tf.cast(mask, x.dtype), axis=axis, keepdims=keepdims)
+    return tf.math.divide_no_nan(total, count)
