@@ -1,0 +1,282 @@
+"""Custom Keras layers (custom-op path 3): a Dense layer written from scratch, a layer that
+behaves differently in training, and a layer built from sublayers. Chapter 4 builds each one.
+
+All three are registered with ``@keras.saving.register_keras_serializable(package="companion")``,
+so a ``.keras`` file that contains them loads in any process that has imported this module,
+without ``custom_objects``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+from keras import ops
+
+__all__ = ["AdditiveGaussianNoise", "CustomDense", "ResidualBlock"]
+
+
+def _check_units(units: Any, argname: str = "units") -> int:
+    """Return ``units`` if it is a positive int, else raise with a message naming ``argname``."""
+    if isinstance(units, bool) or not isinstance(units, int):
+        raise TypeError(f"{argname}: expected a positive int, got {type(units).__name__} {units!r}")
+    if units <= 0:
+        raise ValueError(f"{argname}: expected a positive int, got {units}")
+    return units
+
+
+def _get_activation(activation: Any, argname: str = "activation") -> Any:
+    """Resolve an activation name/callable/None, re-raising Keras's error with the argument name."""
+    try:
+        return keras.activations.get(activation)
+    except ValueError as error:
+        raise ValueError(
+            f"{argname}: expected None, a callable or a Keras activation name such as 'relu', "
+            f"got {activation!r}"
+        ) from error
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class CustomDense(keras.layers.Layer):
+    """A fully connected layer, ``activation(inputs @ kernel + bias)``, written from scratch.
+
+    It computes exactly what ``keras.layers.Dense`` computes: given the same weights, the
+    outputs agree. Weights are created in ``build``, when the input's last dimension is known,
+    and an ``InputSpec`` then rejects inputs whose last dimension differs.
+
+    Args:
+        units: Number of output features (a positive int).
+        activation: ``None`` (linear), an activation name such as ``"relu"``, or a callable.
+        use_bias: Whether to add a bias vector.
+        kernel_initializer: Initializer (name, instance or config dict) for the kernel.
+        bias_initializer: Initializer for the bias.
+        kernel_regularizer: Optional regularizer for the kernel; its penalty appears in
+            ``layer.losses``.
+        bias_regularizer: Optional regularizer for the bias.
+        **kwargs: Base-layer arguments (``name``, ``dtype``, ``trainable``, ...).
+
+    Raises:
+        TypeError: If ``units`` is not an int.
+        ValueError: If ``units <= 0`` or ``activation`` is an unknown name; at build time, if
+            the input has rank < 2 or an undefined last dimension.
+
+    Example:
+        >>> import numpy as np
+        >>> layer = CustomDense(3, activation="relu")
+        >>> tuple(layer(np.ones((2, 4), "float32")).shape)
+        (2, 3)
+        >>> [tuple(w.shape) for w in layer.weights]
+        [(4, 3), (3,)]
+    """
+
+    def __init__(
+        self,
+        units: int,
+        activation: Any = None,
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        kernel_regularizer: Any = None,
+        bias_regularizer: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.units = _check_units(units)
+        self.activation = _get_activation(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    def build(self, input_shape: tuple[int | None, ...]) -> None:
+        input_dim = input_shape[-1]
+        if input_dim is None:
+            raise ValueError(
+                f"input_shape: expected a defined last dimension, got {tuple(input_shape)}"
+            )
+        self.kernel = self.add_weight(
+            shape=(input_dim, self.units),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            name="kernel",
+        )
+        self.bias = (
+            self.add_weight(
+                shape=(self.units,),
+                initializer=self.bias_initializer,
+                regularizer=self.bias_regularizer,
+                name="bias",
+            )
+            if self.use_bias
+            else None
+        )
+        # From now on Keras checks every input against the width the kernel was built for.
+        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
+
+    def call(self, inputs: Any) -> Any:
+        outputs = ops.matmul(inputs, self.kernel)
+        if self.bias is not None:
+            outputs = ops.add(outputs, self.bias)
+        return self.activation(outputs)
+
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        return tuple(input_shape[:-1]) + (self.units,)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            units=self.units,
+            activation=keras.activations.serialize(self.activation),
+            use_bias=self.use_bias,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            bias_regularizer=keras.regularizers.serialize(self.bias_regularizer),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class AdditiveGaussianNoise(keras.layers.Layer):
+    """Add zero-mean Gaussian noise in training; pass inputs through unchanged in inference.
+
+    A regulariser like ``keras.layers.GaussianNoise``: ``inputs + stddev * N(0, 1)`` when
+    called with ``training=True`` (``fit`` does this), ``inputs`` otherwise (``predict``,
+    ``evaluate``, a plain call). The noise comes from a ``keras.random.SeedGenerator``, so
+    two layers with the same ``seed`` draw the same noise sequence.
+
+    Args:
+        stddev: Standard deviation of the noise (a non-negative float).
+        seed: Optional int seed for the layer's own random generator.
+        **kwargs: Base-layer arguments (``name``, ``dtype``, ...).
+
+    Raises:
+        TypeError: If ``stddev`` is not a real number or ``seed`` is not an int or None.
+        ValueError: If ``stddev`` is negative.
+
+    Example:
+        >>> import numpy as np
+        >>> noise = AdditiveGaussianNoise(0.5, seed=1)
+        >>> x = np.zeros((2, 3), "float32")
+        >>> bool((noise(x) == x).numpy().all())            # inference: identity
+        True
+        >>> bool((noise(x, training=True) == x).numpy().any())   # training: noisy
+        False
+    """
+
+    def __init__(self, stddev: float, seed: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if isinstance(stddev, bool) or not isinstance(stddev, (int, float)):
+            raise TypeError(f"stddev: expected a non-negative float, got {type(stddev).__name__} {stddev!r}")
+        if stddev < 0:
+            raise ValueError(f"stddev: expected a non-negative float, got {stddev}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed: expected an int or None, got {type(seed).__name__} {seed!r}")
+        self.stddev = float(stddev)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.supports_masking = True
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        if not training or self.stddev == 0:
+            return inputs
+        noise = keras.random.normal(
+            ops.shape(inputs), stddev=self.stddev, dtype=self.compute_dtype, seed=self.seed_generator
+        )
+        return ops.add(inputs, noise)
+
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        return tuple(input_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(stddev=self.stddev, seed=self.seed)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class ResidualBlock(keras.layers.Layer):
+    """A residual MLP block: ``Dense(hidden) -> activation -> Dense(units)`` plus a shortcut.
+
+    The shortcut is the input itself when its width equals ``units``, otherwise a learned
+    linear projection (a ``CustomDense`` without bias). The projection can only be decided
+    once the input width is known, so ``build`` creates it and builds every sublayer with
+    its exact input shape; the block's weights therefore exist right after ``build``.
+
+    Args:
+        units: Output width (a positive int).
+        hidden_units: Width of the inner layer; defaults to ``units``.
+        activation: Activation between the two dense layers (name, callable or None).
+        kernel_initializer: Initializer for all kernels.
+        kernel_regularizer: Optional regularizer for all kernels.
+        **kwargs: Base-layer arguments (``name``, ``dtype``, ...).
+
+    Raises:
+        TypeError: If ``units`` or ``hidden_units`` is not an int.
+        ValueError: If a width is not positive or ``activation`` is an unknown name.
+
+    Example:
+        >>> import numpy as np
+        >>> block = ResidualBlock(8, hidden_units=16)
+        >>> tuple(block(np.ones((2, 4), "float32")).shape)
+        (2, 8)
+        >>> block.projection is not None   # 4 != 8: the shortcut is projected
+        True
+    """
+
+    def __init__(
+        self,
+        units: int,
+        hidden_units: int | None = None,
+        activation: Any = "relu",
+        kernel_initializer: Any = "glorot_uniform",
+        kernel_regularizer: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.units = _check_units(units)
+        self.hidden_units = self.units if hidden_units is None else _check_units(hidden_units, "hidden_units")
+        self.activation = _get_activation(activation)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        dense_args = dict(
+            kernel_initializer=self.kernel_initializer, kernel_regularizer=self.kernel_regularizer
+        )
+        self.hidden = CustomDense(self.hidden_units, activation=self.activation, name="hidden", **dense_args)
+        self.output_dense = CustomDense(self.units, name="output", **dense_args)
+        self.projection: CustomDense | None = None
+        self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    def build(self, input_shape: tuple[int | None, ...]) -> None:
+        input_shape = tuple(input_shape)
+        self.hidden.build(input_shape)
+        self.output_dense.build(input_shape[:-1] + (self.hidden_units,))
+        if input_shape[-1] != self.units:
+            self.projection = CustomDense(
+                self.units,
+                use_bias=False,
+                kernel_initializer=self.kernel_initializer,
+                kernel_regularizer=self.kernel_regularizer,
+                name="projection",
+            )
+            self.projection.build(input_shape)
+
+    def call(self, inputs: Any) -> Any:
+        shortcut = inputs if self.projection is None else self.projection(inputs)
+        return ops.add(self.output_dense(self.hidden(inputs)), shortcut)
+
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        return tuple(input_shape[:-1]) + (self.units,)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            units=self.units,
+            hidden_units=self.hidden_units,
+            activation=keras.activations.serialize(self.activation),
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+        )
+        return config

@@ -1,0 +1,263 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock
+
+
+def _inputs(shape=(5, 4), seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+def _copy_weights_into_keras_dense(layer, x, **dense_kwargs):
+    """A keras.layers.Dense holding exactly `layer`'s weights."""
+    reference = keras.layers.Dense(layer.units, **dense_kwargs)
+    reference.build(x.shape)
+    reference.set_weights(layer.get_weights())
+    return reference
+
+
+# ---------------------------------------------------------------- CustomDense vs Dense
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"use_bias": False}, {"activation": "relu"}, {"activation": "tanh", "use_bias": False}],
+)
+def test_custom_dense_equals_keras_dense_with_same_weights(kwargs):
+    x = _inputs()
+    layer = CustomDense(3, bias_initializer="random_normal", **kwargs)
+    layer(x)
+    reference = _copy_weights_into_keras_dense(layer, x, **kwargs)
+    assert len(layer.weights) == (2 if kwargs.get("use_bias", True) else 1)
+    np.testing.assert_allclose(layer(x), reference(x), rtol=0, atol=1e-6)
+
+
+def test_custom_dense_works_on_rank3_inputs_like_dense():
+    x = _inputs((2, 3, 4))
+    layer = CustomDense(6, activation="sigmoid")
+    out = layer(x)
+    reference = _copy_weights_into_keras_dense(layer, x, activation="sigmoid")
+    assert tuple(out.shape) == (2, 3, 6) == layer.compute_output_shape((2, 3, 4))
+    np.testing.assert_allclose(out, reference(x), atol=1e-6)
+
+
+def test_custom_dense_regularizer_loss_matches_keras_dense():
+    x = _inputs()
+    layer = CustomDense(3, kernel_regularizer=keras.regularizers.L2(0.01), bias_regularizer="l1",
+                        bias_initializer="random_normal")
+    layer(x)
+    reference = _copy_weights_into_keras_dense(
+        layer, x, kernel_regularizer=keras.regularizers.L2(0.01), bias_regularizer="l1"
+    )
+    kernel, bias = layer.get_weights()
+    closed_form = 0.01 * np.sum(kernel**2) + 0.01 * np.sum(np.abs(bias))  # "l1" default is 0.01
+    assert len(layer.losses) == 2
+    np.testing.assert_allclose(sum(float(v) for v in layer.losses), closed_form, rtol=1e-5)
+    np.testing.assert_allclose(
+        sum(float(v) for v in layer.losses), sum(float(v) for v in reference.losses), rtol=1e-6
+    )
+
+
+def test_custom_dense_gradients_match_keras_dense():
+    import tensorflow as tf
+
+    x = _inputs()
+    layer = CustomDense(3, activation="relu", bias_initializer="random_normal")
+    layer(x)
+    reference = _copy_weights_into_keras_dense(layer, x, activation="relu")
+    grads = []
+    for lay in (layer, reference):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(lay(x) ** 2)
+        grads.append(tape.gradient(loss, lay.trainable_weights))
+    for mine, theirs in zip(*grads):
+        np.testing.assert_allclose(mine, theirs, atol=1e-5)
+
+
+def test_custom_dense_weights_created_in_build_only():
+    layer = CustomDense(3)
+    assert layer.weights == [] and not layer.built
+    layer(_inputs())
+    assert layer.built
+    assert [tuple(w.shape) for w in layer.weights] == [(4, 3), (3,)]
+
+
+# ---------------------------------------------------------------- AdditiveGaussianNoise
+
+
+def test_noise_is_identity_in_inference():
+    x = _inputs((64, 8))
+    noise = AdditiveGaussianNoise(0.7, seed=3)
+    np.testing.assert_array_equal(noise(x), x)
+    np.testing.assert_array_equal(noise(x, training=False), x)
+
+
+def test_noise_has_the_right_statistics_in_training():
+    x = np.full((400, 250), 2.0, "float32")
+    stddev = 0.5
+    out = np.asarray(AdditiveGaussianNoise(stddev, seed=1)(x, training=True))
+    noise = out - x
+    n = noise.size
+    # 5-sigma bounds from the sampling distributions of the mean and of the std.
+    assert abs(noise.mean()) < 5 * stddev / np.sqrt(n)
+    assert abs(noise.std() - stddev) < 5 * stddev / np.sqrt(2 * n)
+    assert (noise != 0).mean() > 0.999
+
+
+def test_noise_is_seeded_and_advances():
+    x = np.zeros((3, 4), "float32")
+    a, b = AdditiveGaussianNoise(1.0, seed=7), AdditiveGaussianNoise(1.0, seed=7)
+    first_a, first_b = a(x, training=True), b(x, training=True)
+    np.testing.assert_array_equal(first_a, first_b)
+    second_a = a(x, training=True)
+    assert not np.array_equal(first_a, second_a)
+    np.testing.assert_array_equal(second_a, b(x, training=True))
+    assert not np.array_equal(first_a, AdditiveGaussianNoise(1.0, seed=8)(x, training=True))
+
+
+def test_noise_layer_in_a_model_follows_fit_and_predict_modes():
+    x = _inputs((16, 4))
+    model = keras.Sequential([keras.Input((4,)), AdditiveGaussianNoise(1.0, seed=0)])
+    np.testing.assert_array_equal(model.predict(x, verbose=0), x)
+    assert not np.allclose(model(x, training=True), x)
+
+
+# ---------------------------------------------------------------- ResidualBlock
+
+
+def _relu(v):
+    return np.maximum(v, 0.0)
+
+
+@pytest.mark.parametrize("in_dim, units, hidden", [(4, 6, 8), (6, 6, 3)])
+def test_residual_block_matches_manual_computation(in_dim, units, hidden):
+    x = _inputs((5, in_dim))
+    block = ResidualBlock(units, hidden_units=hidden)
+    block.build(x.shape)
+    rng = np.random.default_rng(1)
+    block.set_weights([rng.normal(size=w.shape).astype("float32") for w in block.weights])
+    out = np.asarray(block(x))
+
+    w1, b1 = block.hidden.get_weights()
+    w2, b2 = block.output_dense.get_weights()
+    shortcut = x if in_dim == units else x @ block.projection.get_weights()[0]
+    expected = _relu(x @ w1 + b1) @ w2 + b2 + shortcut
+    assert (block.projection is None) == (in_dim == units)
+    assert out.shape == (5, units) == tuple(block.compute_output_shape(x.shape))
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_residual_block_weights_exist_after_build():
+    block = ResidualBlock(6, hidden_units=8)
+    assert block.weights == []
+    block.build((None, 4))
+    shapes = sorted(tuple(w.shape) for w in block.weights)
+    assert shapes == sorted([(4, 8), (8,), (8, 6), (6,), (4, 6)])
+
+
+# ---------------------------------------------------------------- serialization
+
+
+LAYERS = {
+    "dense": lambda: CustomDense(
+        3, activation="relu", bias_initializer="random_normal",
+        kernel_regularizer=keras.regularizers.L2(1e-3),
+    ),
+    "dense_no_bias": lambda: CustomDense(3, use_bias=False),
+    "noise": lambda: AdditiveGaussianNoise(0.3, seed=5),
+    "residual": lambda: ResidualBlock(6, hidden_units=5, activation="gelu"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_get_config_is_json_and_from_config_recreates(name):
+    layer = LAYERS[name]()
+    config = layer.get_config()
+    restored_config = json.loads(json.dumps(config))
+    clone = type(layer).from_config(restored_config)
+    assert clone.get_config() == config
+    x = _inputs()
+    layer(x)
+    clone(x)
+    if layer.weights:
+        clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(clone(x), layer(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_keras_file_round_trip_gives_same_outputs(name, tmp_path):
+    x = _inputs((7, 4))
+    model = keras.Sequential([keras.Input((4,)), LAYERS[name]()])
+    path = str(tmp_path / f"{name}.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)  # no custom_objects: the classes are registered
+    assert type(loaded.layers[0]) is type(model.layers[0])
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    for saved, restored in zip(model.weights, loaded.weights):
+        np.testing.assert_array_equal(saved.numpy(), restored.numpy())
+
+
+def test_registered_names_are_in_the_companion_package():
+    for cls in (CustomDense, AdditiveGaussianNoise, ResidualBlock):
+        assert keras.saving.get_registered_name(cls) == f"companion>{cls.__name__}"
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("units", [0, -3])
+def test_non_positive_units_raise_value_error(units):
+    with pytest.raises(ValueError, match="units: expected a positive int"):
+        CustomDense(units)
+    with pytest.raises(ValueError, match="units"):
+        ResidualBlock(units)
+
+
+@pytest.mark.parametrize("units", [2.0, "3", True, None])
+def test_non_int_units_raise_type_error(units):
+    with pytest.raises(TypeError, match="units: expected a positive int"):
+        CustomDense(units)
+
+
+def test_hidden_units_validated():
+    with pytest.raises(ValueError, match="hidden_units"):
+        ResidualBlock(4, hidden_units=0)
+
+
+def test_unknown_activation_raises_value_error():
+    with pytest.raises(ValueError, match="activation: .*'relux'"):
+        CustomDense(3, activation="relux")
+    with pytest.raises(ValueError, match="activation"):
+        ResidualBlock(3, activation="nope")
+
+
+def test_changed_input_width_after_build_raises_clear_error():
+    layer = CustomDense(3)
+    layer(_inputs((2, 4)))
+    with pytest.raises(ValueError, match="expected axis -1 of input shape to have value 4"):
+        layer(_inputs((2, 5)))
+
+
+def test_rank1_and_undefined_width_inputs_are_rejected():
+    with pytest.raises(ValueError, match="min_ndim=2"):
+        CustomDense(3)(np.ones(4, "float32"))
+    with pytest.raises(ValueError, match="input_shape: expected a defined last dimension"):
+        CustomDense(3).build((None, None))
+
+
+@pytest.mark.parametrize("stddev, error", [(-0.1, ValueError), ("0.1", TypeError), (None, TypeError)])
+def test_bad_stddev_raises(stddev, error):
+    with pytest.raises(error, match="stddev"):
+        AdditiveGaussianNoise(stddev)
+
+
+def test_bad_seed_raises_type_error():
+    with pytest.raises(TypeError, match="seed: expected an int or None"):
+        AdditiveGaussianNoise(0.1, seed=1.5)
