@@ -1,0 +1,267 @@
+"""Gaussian blur three ways: OpenCV, OpenCV behind ``tf.py_function``, and pure TensorFlow.
+
+Chapter 3 uses the three to show what ``tf.py_function`` costs. ``cv2_blur`` is the Python
+function; ``py_function_blur`` runs it inside a TensorFlow graph (and restores the static
+shape that ``tf.py_function`` loses); ``native_blur`` and the ``GaussianBlur`` layer compute
+the same numbers with TensorFlow ops only, so they can be saved, served from a fresh process
+and converted to TFLite. All three use OpenCV's kernel rule (``gaussian_kernel``) and its
+default border, ``BORDER_REFLECT_101`` (= ``tf.pad(mode="REFLECT")``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+#: OpenCV's fixed kernels for ``sigma <= 0`` and small odd sizes (numerators; divide by sum).
+#: Sizes 3, 5 and 7 are binomial-like; OpenCV 5 adds 9. Other sizes use the Gaussian formula.
+SMALL_KERNELS = {
+    1: (1,),
+    3: (1, 2, 1),
+    5: (1, 4, 6, 4, 1),
+    7: (8, 28, 56, 72, 56, 28, 8),
+    9: (4, 13, 30, 51, 60, 51, 30, 13, 4),
+}
+#: Image dtypes ``cv2_blur`` and ``py_function_blur`` accept (what OpenCV blurs).
+OPENCV_DTYPES = (np.uint8, np.float32, np.float64)
+
+
+def _check_ksize(ksize: object) -> int:
+    if isinstance(ksize, bool) or not isinstance(ksize, (int, np.integer)):
+        raise TypeError(f"ksize: expected a positive odd int, got {type(ksize).__name__} {ksize!r}")
+    if ksize < 1 or ksize % 2 == 0:
+        raise ValueError(f"ksize: expected a positive odd int, got {ksize}")
+    return int(ksize)
+
+
+def _check_sigma(sigma: object) -> float:
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)):
+        raise TypeError(f"sigma: expected a finite float >= 0, got {type(sigma).__name__} {sigma!r}")
+    if not math.isfinite(sigma) or sigma < 0:
+        raise ValueError(f"sigma: expected a finite float >= 0 (0 = OpenCV's rule), got {sigma}")
+    return float(sigma)
+
+
+def gaussian_kernel(ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
+    """The 1-D kernel OpenCV uses for ``GaussianBlur(img, (ksize, ksize), sigma)``.
+
+    With ``sigma > 0`` it is ``exp(-x**2 / (2 * sigma**2))`` for ``x = -(ksize//2) ..
+    ksize//2``, normalised to sum 1. With ``sigma == 0`` OpenCV uses fixed kernels for
+    ``ksize <= 9`` (``[1, 4, 6, 4, 1] / 16`` for 5, see ``SMALL_KERNELS``) and otherwise
+    the Gaussian with ``sigma = 0.3 * ((ksize - 1) / 2 - 1) + 0.8``.
+
+    Args:
+        ksize: Kernel length, a positive odd int.
+        sigma: Standard deviation in pixels, >= 0; 0 selects OpenCV's rule above.
+
+    Returns:
+        ``float64`` array of shape ``(ksize,)`` summing to 1, equal to
+        ``cv2.getGaussianKernel(ksize, sigma).ravel()``.
+
+    Raises:
+        TypeError: If ``ksize`` is not an int or ``sigma`` not a real number.
+        ValueError: If ``ksize`` is even or < 1, or ``sigma`` is negative or not finite.
+
+    Example:
+        >>> gaussian_kernel(5) * 16
+        array([1., 4., 6., 4., 1.])
+    """
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    if sigma == 0 and ksize in SMALL_KERNELS:
+        weights = np.asarray(SMALL_KERNELS[ksize], np.float64)
+    else:
+        sigma = sigma or 0.3 * ((ksize - 1) * 0.5 - 1) + 0.8
+        x = np.arange(ksize, dtype=np.float64) - (ksize - 1) / 2
+        weights = np.exp(-0.5 * (x / sigma) ** 2)
+    return weights / weights.sum()
+
+
+def cv2_blur(image: np.ndarray, ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
+    """Blur one image or a batch with ``cv2.GaussianBlur`` (border ``BORDER_REFLECT_101``).
+
+    Args:
+        image: NumPy array ``(H, W)``, ``(H, W, C)`` or a batch ``(N, H, W, C)``; dtype
+            ``uint8``, ``float32`` or ``float64`` (OpenCV rejects ``float16`` and ``int32``).
+            A tensor is not accepted: call ``.numpy()`` on it first.
+        ksize: Kernel size in both directions, a positive odd int.
+        sigma: Standard deviation in both directions, >= 0 (0 = OpenCV's rule, see
+            ``gaussian_kernel``).
+
+    Returns:
+        The blurred array, same shape and dtype as ``image``.
+
+    Raises:
+        TypeError: If ``image`` is not a NumPy array of a supported dtype, or ``ksize`` /
+            ``sigma`` have the wrong type.
+        ValueError: If ``image`` has rank other than 2, 3 or 4, or ``ksize`` / ``sigma``
+            are out of range.
+
+    Example:
+        >>> cv2_blur(np.eye(5, dtype=np.float32)).shape
+        (5, 5)
+    """
+    import cv2
+
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    if not isinstance(image, np.ndarray):
+        raise TypeError(
+            f"image: expected a NumPy array (call .numpy() on a tensor), got {type(image).__name__}"
+        )
+    if image.dtype not in OPENCV_DTYPES:
+        raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype}")
+    if image.ndim not in (2, 3, 4):
+        raise ValueError(f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}")
+    if image.ndim == 4:
+        return np.stack([cv2_blur(one, ksize, sigma) for one in image]) if len(image) else image.copy()
+    blurred = cv2.GaussianBlur(image, (ksize, ksize), sigma, borderType=cv2.BORDER_REFLECT_101)
+    return blurred.reshape(image.shape)  # OpenCV drops a trailing channel axis of size 1
+
+
+def py_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
+    """Run ``cv2_blur`` as a TensorFlow op with ``tf.py_function``; keep the static shape.
+
+    Works eagerly, in ``tf.data`` ``map`` and in ``tf.function``. The graph calls back into
+    this Python process, so a model using it cannot be served from another process or
+    converted to TFLite; use ``native_blur`` for that.
+
+    Args:
+        image: Tensor or array ``(H, W)``, ``(H, W, C)`` or ``(N, H, W, C)``; dtype
+            ``uint8``, ``float32`` or ``float64``.
+        ksize: Kernel size, a positive odd int.
+        sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
+
+    Returns:
+        The blurred tensor, same dtype and (static) shape as ``image``.
+
+    Raises:
+        TypeError: If the dtype is not supported or ``ksize`` / ``sigma`` have the wrong type.
+        ValueError: If the rank is not 2, 3 or 4 or ``ksize`` / ``sigma`` are out of range.
+
+    Example:
+        >>> ds = tf.data.Dataset.from_tensor_slices(np.zeros((2, 8, 8, 3), np.float32))
+        >>> ds.map(py_function_blur).element_spec.shape
+        TensorShape([8, 8, 3])
+    """
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    image = tf.convert_to_tensor(image)
+    if image.dtype.as_numpy_dtype not in OPENCV_DTYPES:
+        raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype.name}")
+    if image.shape.rank not in (2, 3, 4):
+        raise ValueError(f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}")
+    blurred = tf.py_function(
+        lambda x: cv2_blur(x.numpy(), ksize, sigma), inp=[image], Tout=image.dtype
+    )
+    blurred.set_shape(image.shape)  # py_function's output shape is unknown
+    return blurred
+
+
+def _separable_blur(images: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """Reflect-pad NHWC ``images``, then blur along W and along H by shifted, weighted sums.
+
+    Width and channels are merged into one axis first, so each image row is one contiguous
+    vector and a shift by one pixel is a shift by ``C`` elements (this vectorises best).
+    """
+    pad = kernel.shape[0] // 2
+    dynamic = tf.shape(images)
+    height, width, channels = (images.shape[i] or dynamic[i] for i in (1, 2, 3))
+    x = tf.pad(images, [[0, 0], [0, 0], [pad, pad], [0, 0]], mode="REFLECT")
+    x = tf.reshape(x, [-1, height, (width + 2 * pad) * channels])
+    x = sum(kernel[j] * x[:, :, j * channels : (j + width) * channels] for j in range(2 * pad + 1))
+    x = tf.pad(x, [[0, 0], [pad, pad], [0, 0]], mode="REFLECT")
+    x = sum(kernel[j] * x[:, j : j + height] for j in range(2 * pad + 1))
+    return tf.reshape(x, [-1, height, width, channels])
+
+
+# XLA fuses the padding and the shifted sums into a few loops: the fastest variant we
+# measured on CPU (chapter 3 compares it with depthwise convolutions and unfused ops).
+# Traced once per kernel size, dtype and input shape.
+_separable_blur_xla = tf.function(_separable_blur, jit_compile=True)
+
+
+def native_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
+    """Gaussian blur in pure TensorFlow, equal to ``cv2.GaussianBlur`` including the borders.
+
+    Two 1-D passes (along width, then height) with OpenCV's kernel (``gaussian_kernel``)
+    after reflect padding (``BORDER_REFLECT_101``), as shifted weighted sums compiled with XLA. Differentiable, runs
+    on CPU and GPU, and saves/exports/converts to TFLite like any TensorFlow op.
+
+    Args:
+        images: Float tensor or array ``(H, W, C)`` or a batch ``(N, H, W, C)``; height and
+            width must exceed ``ksize // 2`` (reflect padding needs that many pixels).
+        ksize: Kernel size, a positive odd int.
+        sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
+
+    Returns:
+        The blurred tensor, same shape and dtype as ``images``.
+
+    Raises:
+        TypeError: If ``images`` is not floating point or ``ksize`` / ``sigma`` have the wrong type.
+        ValueError: If the rank is not 3 or 4, the image is smaller than ``ksize // 2 + 1``
+            pixels, or ``ksize`` / ``sigma`` are out of range.
+
+    Example:
+        >>> native_blur(np.ones((1, 8, 8, 3), np.float32)).shape
+        TensorShape([1, 8, 8, 3])
+    """
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    images = tf.convert_to_tensor(images)
+    if not images.dtype.is_floating:
+        raise TypeError(
+            f"images: expected a floating dtype (cast integer images first), got {images.dtype.name}"
+        )
+    rank = images.shape.rank
+    if rank not in (3, 4):
+        raise ValueError(f"images: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {images.shape}")
+    batch = images if rank == 4 else images[tf.newaxis]
+    height, width = batch.shape[1], batch.shape[2]
+    if any(d is not None and d <= ksize // 2 for d in (height, width)):
+        raise ValueError(
+            f"images: expected height and width > ksize // 2 = {ksize // 2} for reflect "
+            f"padding, got shape {images.shape}"
+        )
+    kernel = tf.constant(gaussian_kernel(ksize, sigma), dtype=images.dtype)
+    blurred = _separable_blur_xla(batch, kernel)
+    return blurred if rank == 4 else blurred[0]
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class GaussianBlur(keras.layers.Layer):
+    """Keras layer that blurs NHWC images with ``native_blur`` (no weights).
+
+    Unlike a layer wrapping ``tf.py_function``, a model with this layer saves to ``.keras``,
+    exports a SavedModel that serves from a fresh process, and converts to TFLite.
+
+    Args:
+        ksize: Kernel size, a positive odd int.
+        sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
+        **kwargs: Base layer arguments (``name``, ``dtype``, ...).
+
+    Raises:
+        TypeError / ValueError: As ``native_blur``, at construction for ``ksize`` / ``sigma``
+            and at call time for the images.
+
+    Example:
+        >>> layer = GaussianBlur(ksize=3)
+        >>> layer(np.ones((2, 8, 8, 3), np.float32)).shape
+        TensorShape([2, 8, 8, 3])
+    """
+
+    def __init__(self, ksize: int = 5, sigma: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ksize = _check_ksize(ksize)
+        self.sigma = _check_sigma(sigma)
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        return native_blur(inputs, self.ksize, self.sigma)
+
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        return input_shape
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(ksize=self.ksize, sigma=self.sigma)
+        return config

@@ -1,0 +1,160 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import json
+
+import cv2
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from companion.pyfunc import GaussianBlur, cv2_blur, gaussian_kernel, native_blur, py_function_blur
+
+PAIRS = [(1, 0.0), (3, 0.0), (5, 0.0), (7, 0.0), (9, 0.0), (11, 0.0), (5, 1.1), (7, 0.5), (9, 3.0), (15, 2.5)]
+
+
+def _images(shape, seed=0):
+    return np.random.default_rng(seed).random(shape).astype(np.float32)
+
+
+def _opencv(images, ksize, sigma):
+    """Independent reference: cv2.GaussianBlur image by image, default border."""
+    return np.stack([cv2.GaussianBlur(i, (ksize, ksize), sigma).reshape(i.shape) for i in images])
+
+
+@pytest.mark.parametrize("ksize", range(1, 32, 2))
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 0.8, 1.0, 1.1, 2.0, 3.7, 10.0])
+def test_kernel_equals_opencv(ksize, sigma):
+    expected = cv2.getGaussianKernel(ksize, sigma).ravel()
+    np.testing.assert_allclose(gaussian_kernel(ksize, sigma), expected, rtol=0, atol=1e-12)
+
+
+def test_kernel_size_5_is_binomial():
+    np.testing.assert_array_equal(gaussian_kernel(5) * 16, [1, 4, 6, 4, 1])
+
+
+@pytest.mark.parametrize("ksize, sigma", PAIRS)
+def test_native_blur_matches_opencv_rank4_including_borders(ksize, sigma):
+    images = _images((3, 19, 23, 3))
+    got = native_blur(images, ksize, sigma).numpy()
+    expected = _opencv(images, ksize, sigma)
+    assert np.abs(got - expected).max() < 1e-5
+    border = np.ones(got.shape[1:3], bool)
+    border[ksize // 2 : -(ksize // 2) or None, ksize // 2 : -(ksize // 2) or None] = False
+    if ksize > 1:  # the border pixels are where padding matters: check them on their own
+        assert np.abs(got[:, border] - expected[:, border]).max() < 1e-5
+
+
+@pytest.mark.parametrize("ksize, sigma", [(3, 0.0), (5, 0.0), (9, 2.0)])
+@pytest.mark.parametrize("channels", [1, 4])
+def test_native_blur_matches_opencv_rank3(ksize, sigma, channels):
+    image = _images((16, 12, channels), seed=1)
+    got = native_blur(image, ksize, sigma)
+    assert got.shape == image.shape
+    expected = cv2.GaussianBlur(image, (ksize, ksize), sigma).reshape(image.shape)
+    assert np.abs(got.numpy() - expected).max() < 1e-5
+
+
+def test_native_blur_float64_and_unknown_shape():
+    images = _images((2, 10, 14, 2)).astype(np.float64)
+    spec = tf.TensorSpec([None, None, None, 2], tf.float64)
+    traced = tf.function(lambda x: native_blur(x, 7, 1.5), input_signature=[spec])
+    got = traced(images).numpy()
+    assert got.dtype == np.float64
+    assert np.abs(got - _opencv(images, 7, 1.5)).max() < 1e-12
+
+
+def test_cv2_blur_matches_opencv_for_each_rank_and_uint8():
+    image = _images((9, 11, 3))
+    np.testing.assert_array_equal(cv2_blur(image), cv2.GaussianBlur(image, (5, 5), 0))
+    np.testing.assert_array_equal(cv2_blur(image[..., 0]), cv2.GaussianBlur(image[..., 0], (5, 5), 0))
+    assert cv2_blur(image[..., :1]).shape == (9, 11, 1)
+    np.testing.assert_array_equal(cv2_blur(image[None], 3, 1.0)[0], cv2.GaussianBlur(image, (3, 3), 1.0))
+    as_uint8 = (image * 255).astype(np.uint8)
+    np.testing.assert_array_equal(cv2_blur(as_uint8), cv2.GaussianBlur(as_uint8, (5, 5), 0))
+
+
+def test_py_function_blur_in_tf_data_keeps_shape_and_equals_opencv():
+    images = _images((4, 20, 18, 3))
+    dataset = tf.data.Dataset.from_tensor_slices(images).map(lambda x: py_function_blur(x, 7, 2.0))
+    assert dataset.element_spec.shape == (20, 18, 3)
+    got = np.stack([x.numpy() for x in dataset])
+    np.testing.assert_array_equal(got, _opencv(images, 7, 2.0))
+    batched = py_function_blur(tf.constant(images))
+    assert batched.shape == images.shape
+    np.testing.assert_array_equal(batched.numpy(), _opencv(images, 5, 0.0))
+
+
+def test_gaussian_blur_layer_matches_opencv_and_round_trips(tmp_path):
+    images = _images((2, 16, 16, 3))
+    inputs = keras.Input((16, 16, 3))
+    model = keras.Model(inputs, GaussianBlur(ksize=7, sigma=1.3, name="blur")(inputs))
+    expected = model(images).numpy()
+    assert np.abs(expected - _opencv(images, 7, 1.3)).max() < 1e-5
+    json.dumps(model.get_layer("blur").get_config())
+    path = tmp_path / "blur.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    assert isinstance(restored.get_layer("blur"), GaussianBlur)
+    assert (restored.get_layer("blur").ksize, restored.get_layer("blur").sigma) == (7, 1.3)
+    np.testing.assert_array_equal(restored(images).numpy(), expected)
+
+
+def test_gaussian_blur_layer_is_differentiable():
+    images = tf.constant(_images((1, 8, 8, 1)))
+    with tf.GradientTape() as tape:
+        tape.watch(images)
+        total = tf.reduce_sum(GaussianBlur(3)(images))
+    # Each output pixel is a weighted average (weights sum to 1), so the gradient of the sum
+    # (the column sums of the blur operator) averages exactly 1 and reaches every pixel.
+    grad = tape.gradient(total, images).numpy()
+    assert grad.min() > 0 and abs(grad.mean() - 1) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"ksize": 4}, ValueError, "ksize: expected a positive odd int, got 4"),
+        ({"ksize": 0}, ValueError, "ksize"),
+        ({"ksize": -3}, ValueError, "ksize"),
+        ({"ksize": 5.0}, TypeError, "ksize"),
+        ({"sigma": -1.0}, ValueError, "sigma"),
+        ({"sigma": float("nan")}, ValueError, "sigma"),
+        ({"sigma": "1"}, TypeError, "sigma"),
+    ],
+)
+@pytest.mark.parametrize("fn", [cv2_blur, py_function_blur, native_blur, gaussian_kernel])
+def test_bad_ksize_and_sigma(fn, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        if fn is gaussian_kernel:
+            fn(**kwargs)
+        else:
+            fn(_images((8, 8, 3)), **kwargs)
+
+
+def test_layer_rejects_bad_arguments_at_construction():
+    with pytest.raises(ValueError, match="ksize"):
+        GaussianBlur(ksize=2)
+    with pytest.raises(ValueError, match="sigma"):
+        GaussianBlur(sigma=-0.5)
+
+
+def test_bad_images():
+    with pytest.raises(TypeError, match="images: expected a floating dtype"):
+        native_blur(np.zeros((8, 8, 3), np.int32))
+    with pytest.raises(TypeError, match="images: expected a floating dtype"):
+        GaussianBlur()(np.zeros((1, 8, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match="images: expected rank 3"):
+        native_blur(np.zeros((8, 8), np.float32))
+    with pytest.raises(ValueError, match="ksize // 2"):
+        native_blur(np.zeros((8, 2, 3), np.float32), ksize=5)
+    with pytest.raises(TypeError, match="call .numpy"):
+        cv2_blur(tf.zeros((8, 8, 3)))
+    with pytest.raises(TypeError, match="dtype uint8, float32 or float64, got float16"):
+        cv2_blur(np.zeros((8, 8, 3), np.float16))
+    with pytest.raises(TypeError, match="got int32"):
+        py_function_blur(np.zeros((8, 8, 3), np.int32))
+    with pytest.raises(ValueError, match="rank 2, 3 or 4"):
+        cv2_blur(np.zeros((2, 2, 8, 8, 3), np.float32))
