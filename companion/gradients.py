@@ -1,0 +1,314 @@
+"""Custom gradients (custom-op path 4): ``tf.custom_gradient`` ops and a gradient checker.
+
+Chapter 5 builds each of these inline first:
+
+- ``clipped_identity``: clips in the forward pass, lets a small ``leak`` of the gradient
+  through where it clipped (instead of ``tf.clip_by_value``'s zero);
+- ``ClippedIdentity``: the same op as a serializable Keras layer;
+- ``safe_norm`` and ``log1p_exp``: ops whose custom gradient fixes a numerical problem of
+  plain autodiff (NaN at the zero vector; NaN for large inputs, wrong value at 0);
+- ``gradient_error``: autodiff against central finite differences, to check any of them.
+
+The pattern every op here follows: validate and convert the non-tensor parameters
+outside, then decorate an inner function that takes only the tensor input(s), closes over
+the parameters and returns exactly one gradient per tensor input.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+#: Input dtypes ``gradient_error`` accepts (finite differences need a float).
+CHECKABLE_DTYPES = (tf.float16, tf.float32, tf.float64)
+
+
+def _float_tensor(value: Any, name: str) -> tf.Tensor:
+    """Convert ``value`` to a tensor and insist on a floating-point dtype."""
+    tensor = tf.convert_to_tensor(value)
+    if not tensor.dtype.is_floating:
+        raise TypeError(f"{name}: expected a floating-point tensor, got dtype {tensor.dtype.name}")
+    return tensor
+
+
+def _check_bound(value: Any, name: str) -> None:
+    """A clip bound is a real number or a tensor/array (checked later by broadcasting)."""
+    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (is_number or tf.is_tensor(value) or isinstance(value, (np.ndarray, np.generic))):
+        raise TypeError(f"{name}: expected a number or a tensor, got {type(value).__name__} {value!r}")
+
+
+def _check_clip_args(clip_min: Any, clip_max: Any, leak: Any) -> None:
+    """Validate the parameters shared by ``clipped_identity`` and ``ClippedIdentity``."""
+    _check_bound(clip_min, "clip_min")
+    _check_bound(clip_max, "clip_max")
+    if isinstance(clip_min, numbers.Real) and isinstance(clip_max, numbers.Real):
+        if not clip_min < clip_max:
+            raise ValueError(f"clip_min: expected a value below clip_max={clip_max!r}, got {clip_min!r}")
+    if isinstance(leak, bool) or not isinstance(leak, numbers.Real):
+        raise TypeError(f"leak: expected a non-negative number, got {type(leak).__name__} {leak!r}")
+    if not leak >= 0:  # also rejects NaN
+        raise ValueError(f"leak: expected a non-negative number, got {leak!r}")
+
+
+def clipped_identity(x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: float = 0.01) -> tf.Tensor:
+    """Clip ``x`` to ``[clip_min, clip_max]``; in the backward pass leak gradient where it clipped.
+
+    Forward: exactly ``tf.clip_by_value(x, clip_min, clip_max)``. Backward: the upstream
+    gradient unchanged where ``clip_min <= x <= clip_max`` and ``leak * upstream`` outside.
+    At exactly a bound the gradient is the upstream one (factor 1), as for
+    ``tf.clip_by_value``, so ``leak=0`` reproduces the built-in's gradient everywhere. The
+    bounds get no gradient. Works eagerly and inside ``tf.function``.
+
+    Args:
+        x: Floating-point tensor (or array, or nested list of floats).
+        clip_min: Lower bound: a number or a tensor that broadcasts against ``x``.
+        clip_max: Upper bound: a number or a tensor that broadcasts against ``x``.
+        leak: Non-negative factor for the gradient outside the range (0 = ``tf.clip_by_value``).
+
+    Returns:
+        The clipped tensor, same shape and dtype as ``x``.
+
+    Raises:
+        TypeError: If ``x`` is not floating point, a bound is not a number or tensor, or
+            ``leak`` is not a number.
+        ValueError: If both bounds are numbers and ``clip_min >= clip_max``, or ``leak < 0``.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> x = tf.constant([-2.0, 0.5, 2.0])
+        >>> with tf.GradientTape() as tape:
+        ...     tape.watch(x)
+        ...     y = clipped_identity(x, leak=0.25)
+        >>> y.numpy().tolist(), tape.gradient(y, x).numpy().tolist()
+        ([-1.0, 0.5, 1.0], [0.25, 1.0, 0.25])
+    """
+    _check_clip_args(clip_min, clip_max, leak)
+    x = _float_tensor(x, "x")
+    low = tf.cast(clip_min, x.dtype)
+    high = tf.cast(clip_max, x.dtype)
+
+    @tf.custom_gradient
+    def _clip(x: tf.Tensor) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
+        def grad(upstream: tf.Tensor) -> tf.Tensor:
+            inside = tf.logical_and(x >= low, x <= high)
+            return tf.where(inside, upstream, leak * upstream)
+
+        return tf.clip_by_value(x, low, high), grad
+
+    return _clip(x)
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class ClippedIdentity(keras.layers.Layer):
+    """Keras layer around ``clipped_identity``: clips forward, leaks gradient backward.
+
+    A "straight-through-like" clip: units pushed outside ``[clip_min, clip_max]`` still
+    receive ``leak`` times their gradient, so they can come back (with a plain clip they
+    get exactly zero and stay stuck).
+
+    Args:
+        clip_min: Lower bound (a number).
+        clip_max: Upper bound (a number), greater than ``clip_min``.
+        leak: Non-negative gradient factor outside the range.
+        **kwargs: Passed to ``keras.layers.Layer`` (``name``, ``dtype``, ...).
+
+    Raises:
+        TypeError, ValueError: As ``clipped_identity`` for the three parameters.
+
+    Example:
+        >>> import numpy as np
+        >>> ClippedIdentity(0.0, 1.0)(np.array([[-1.0, 0.5, 3.0]], "float32")).numpy().tolist()
+        [[0.0, 0.5, 1.0]]
+    """
+
+    def __init__(self, clip_min: float = -1.0, clip_max: float = 1.0, leak: float = 0.01, **kwargs: Any):
+        super().__init__(**kwargs)
+        for name, value in (("clip_min", clip_min), ("clip_max", clip_max)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+        _check_clip_args(clip_min, clip_max, leak)
+        self.clip_min = float(clip_min)
+        self.clip_max = float(clip_max)
+        self.leak = float(leak)
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        return clipped_identity(inputs, self.clip_min, self.clip_max, self.leak)
+
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        return input_shape
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update({"clip_min": self.clip_min, "clip_max": self.clip_max, "leak": self.leak})
+        return config
+
+
+def safe_norm(x: Any, axis: int = -1) -> tf.Tensor:
+    """Euclidean norm along ``axis`` whose gradient is finite at the zero vector.
+
+    ``tf.norm`` is ``sqrt(sum(x**2))``; autodiff multiplies ``1 / (2 sqrt(0)) = inf`` by
+    ``2x = 0`` at the zero vector and returns NaN, which then poisons every weight it
+    reaches. Here the gradient is ``x / ||x||`` where the norm is positive and 0 where it
+    is zero (the minimum-norm subgradient). The forward value equals ``tf.norm``.
+
+    Args:
+        x: Floating-point tensor of rank >= 1.
+        axis: The axis to reduce (negative counts from the end).
+
+    Returns:
+        The norms, with ``axis`` removed from the shape.
+
+    Raises:
+        TypeError: If ``x`` is not floating point or ``axis`` is not an int.
+        ValueError: If ``x`` is a scalar or ``axis`` is out of range for its rank.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> x = tf.zeros([1, 3])
+        >>> with tf.GradientTape() as tape:
+        ...     tape.watch(x)
+        ...     n = safe_norm(x)
+        >>> tape.gradient(n, x).numpy().tolist()
+        [[0.0, 0.0, 0.0]]
+    """
+    x = _float_tensor(x, "x")
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise TypeError(f"axis: expected an int, got {type(axis).__name__} {axis!r}")
+    rank = x.shape.rank
+    if rank == 0:
+        raise ValueError("x: expected a tensor of rank >= 1, got a scalar")
+    if rank is not None and not -rank <= axis < rank:
+        raise ValueError(f"axis: expected an int in [{-rank}, {rank}) for x of rank {rank}, got {axis}")
+
+    @tf.custom_gradient
+    def _norm(x: tf.Tensor) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
+        norm = tf.sqrt(tf.reduce_sum(tf.square(x), axis=axis, keepdims=True))
+
+        def grad(upstream: tf.Tensor) -> tf.Tensor:
+            # Where the norm is 0, x is 0 too, so dividing by 1 there gives the 0 subgradient.
+            safe = tf.where(norm > 0, norm, tf.ones_like(norm))
+            return tf.expand_dims(upstream, axis) * x / safe
+
+        return tf.squeeze(norm, axis), grad
+
+    return _norm(x)
+
+
+def log1p_exp(x: Any) -> tf.Tensor:
+    """Softplus ``log(1 + exp(x))``, stable forward and exact gradient ``sigmoid(x)``.
+
+    The naive formula overflows: in float32 ``exp(x)`` is inf for x above about 88, the value
+    becomes inf and autodiff's gradient ``exp(x) / (1 + exp(x))`` becomes ``inf / inf = NaN``.
+    The stable rewrite ``max(x, 0) + log1p(exp(-|x|))`` fixes the value, but autodiff through
+    ``max`` and ``abs`` returns 1 at ``x = 0`` instead of 0.5. The custom gradient returns
+    ``sigmoid(x)`` everywhere. Values equal ``tf.nn.softplus``.
+
+    Args:
+        x: Floating-point tensor.
+
+    Returns:
+        ``log(1 + exp(x))``, same shape and dtype as ``x``.
+
+    Raises:
+        TypeError: If ``x`` is not floating point.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> x = tf.constant([0.0, 100.0])
+        >>> with tf.GradientTape() as tape:
+        ...     tape.watch(x)
+        ...     y = log1p_exp(x)
+        >>> y.numpy().tolist(), tape.gradient(y, x).numpy().tolist()
+        ([0.6931471824645996, 100.0], [0.5, 1.0])
+    """
+    x = _float_tensor(x, "x")
+
+    @tf.custom_gradient
+    def _softplus(x: tf.Tensor) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
+        def grad(upstream: tf.Tensor) -> tf.Tensor:
+            return upstream * tf.sigmoid(x)
+
+        return tf.maximum(x, 0) + tf.math.log1p(tf.exp(-tf.abs(x))), grad
+
+    return _softplus(x)
+
+
+def default_delta(dtype: Any) -> float:
+    """Finite-difference step for ``dtype``: the power of two nearest ``eps ** (1/3)``.
+
+    For central differences the truncation error grows like ``delta**2`` and the rounding
+    error like ``eps / delta``; their sum is smallest near ``eps ** (1/3)``. A power of two
+    keeps ``x + delta`` free of an extra rounding of ``delta``. This gives ``2**-17``
+    (about 7.6e-6) for float64, ``2**-8`` for float32 and ``2**-3`` for float16.
+
+    Args:
+        dtype: One of ``CHECKABLE_DTYPES`` (or its NumPy/string equivalent).
+
+    Returns:
+        The step as a Python float.
+
+    Raises:
+        TypeError: If ``dtype`` is not float16, float32 or float64.
+
+    Example:
+        >>> default_delta("float64") == 2.0 ** -17
+        True
+    """
+    dtype = tf.as_dtype(dtype)
+    if dtype not in CHECKABLE_DTYPES:
+        raise TypeError(f"dtype: expected float16, float32 or float64, got {dtype.name}")
+    eps = float(np.finfo(dtype.as_numpy_dtype).eps)
+    return 2.0 ** round(math.log2(eps ** (1 / 3)))
+
+
+def gradient_error(fn: Callable[[tf.Tensor], Any], x: Any, *, delta: float | None = None) -> float:
+    """Largest absolute difference between ``fn``'s autodiff Jacobian and finite differences.
+
+    Builds on ``tf.test.compute_gradient``: the autodiff Jacobian is assembled row by row
+    from backward passes, the numeric one column by column from central differences
+    ``(fn(x + delta e_i) - fn(x - delta e_i)) / (2 delta)``. The check runs in ``x``'s dtype:
+    use float64 for a meaningful comparison (errors around 1e-10 for a correct gradient);
+    in float32 rounding alone leaves errors around 1e-4, which hides small mistakes.
+    Cost: one backward pass per output element and two forward passes per input element,
+    so keep ``x`` small (tens of elements).
+
+    Args:
+        fn: Function of one tensor returning a floating-point tensor (custom gradient or not).
+        x: The point to check at: a float array or tensor. NumPy/Python floats stay float64;
+            a tensor keeps its dtype.
+        delta: Finite-difference step; default ``default_delta(x.dtype)``.
+
+    Returns:
+        ``max |J_autodiff - J_numeric|`` over all entries, as a Python float (NaN if either
+        Jacobian contains NaN, so a broken gradient never looks fine).
+
+    Raises:
+        TypeError: If ``fn`` is not callable or ``x`` is not float16/32/64.
+        ValueError: If ``x`` is empty or ``delta`` is not a positive finite number.
+
+    Example:
+        >>> import numpy as np, tensorflow as tf
+        >>> gradient_error(tf.sin, np.linspace(-2.0, 2.0, 5)) < 1e-9
+        True
+    """
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable taking one tensor, got {type(fn).__name__}")
+    array = x if tf.is_tensor(x) else np.asarray(x)
+    dtype = tf.as_dtype(array.dtype)
+    if dtype not in CHECKABLE_DTYPES:
+        raise TypeError(f"x: expected float16, float32 or float64 values, got dtype {dtype.name}")
+    if int(np.prod(array.shape)) == 0:
+        raise ValueError(f"x: expected at least one element, got shape {tuple(array.shape)}")
+    if delta is None:
+        delta = default_delta(dtype)
+    elif isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 < delta < math.inf:
+        raise ValueError(f"delta: expected a positive finite number, got {delta!r}")
+    (autodiff,), (numeric,) = tf.test.compute_gradient(fn, [tf.convert_to_tensor(array, dtype)], delta=delta)
+    return float(np.max(np.abs(autodiff.astype(np.float64) - numeric.astype(np.float64))))

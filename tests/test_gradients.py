@@ -1,0 +1,280 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from companion.gradients import (
+    ClippedIdentity,
+    clipped_identity,
+    default_delta,
+    gradient_error,
+    log1p_exp,
+    safe_norm,
+)
+
+# Points inside, outside and exactly on the default bounds [-1, 1].
+POINTS = np.array([-3.0, -1.0, -0.999, -0.25, 0.0, 0.6, 1.0, 1.001, 5.0], np.float32)
+
+
+def value_and_grad(fn, x, upstream=None):
+    x = tf.convert_to_tensor(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = fn(x)
+        target = y if upstream is None else y * upstream
+    return y.numpy(), tape.gradient(target, x).numpy()
+
+
+def closed_form_grad(x, low, high, leak):
+    """1 inside the closed range [low, high] (bounds included, as tf.clip_by_value), leak outside."""
+    return np.where((x >= low) & (x <= high), 1.0, leak)
+
+
+# --- clipped_identity -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("leak", [0.01, 0.3])
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf.function"])
+@pytest.mark.parametrize("tensor_bounds", [False, True], ids=["python-bounds", "tensor-bounds"])
+def test_clipped_identity_value_and_gradient(leak, graph, tensor_bounds):
+    low, high = (-1.0, 1.0)
+    bounds = (tf.constant(low), tf.constant(high)) if tensor_bounds else (low, high)
+
+    def fn(x):
+        return clipped_identity(x, *bounds, leak=leak)
+
+    if graph:
+        fn = tf.function(fn)
+    y, grad = value_and_grad(fn, POINTS)
+    np.testing.assert_array_equal(y, tf.clip_by_value(POINTS, low, high).numpy())
+    np.testing.assert_allclose(grad, closed_form_grad(POINTS, low, high, leak), rtol=1e-7)
+
+
+def test_clipped_identity_scales_the_upstream_gradient():
+    upstream = np.linspace(-2.0, 3.0, POINTS.size).astype(np.float32)
+    _, grad = value_and_grad(lambda x: clipped_identity(x, -0.5, 2.0, leak=0.1), POINTS, upstream)
+    np.testing.assert_allclose(grad, upstream * closed_form_grad(POINTS, -0.5, 2.0, 0.1), rtol=1e-6)
+
+
+def test_clipped_identity_with_zero_leak_has_clip_by_value_gradient():
+    # Independent reference: TF's own gradient of clip_by_value, bounds included.
+    _, ours = value_and_grad(lambda x: clipped_identity(x, leak=0.0), POINTS)
+    _, builtin = value_and_grad(lambda x: tf.clip_by_value(x, -1.0, 1.0), POINTS)
+    np.testing.assert_array_equal(ours, builtin)
+
+
+def test_clipped_identity_tensor_bounds_in_tf_function_with_signature():
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float64)] + [tf.TensorSpec([], tf.float64)] * 2)
+    def fn(x, low, high):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = clipped_identity(x, low, high, leak=0.5)
+        return y, tape.gradient(y, x)
+
+    x = POINTS.astype(np.float64)
+    for low, high in [(-1.0, 1.0), (0.0, 2.0)]:
+        y, grad = fn(x, tf.constant(low, tf.float64), tf.constant(high, tf.float64))
+        np.testing.assert_array_equal(y.numpy(), np.clip(x, low, high))
+        np.testing.assert_array_equal(grad.numpy(), closed_form_grad(x, low, high, 0.5))
+        assert y.dtype == tf.float64
+
+
+def test_clipped_identity_broadcasts_tensor_bounds():
+    x = np.array([[-2.0, 0.5], [2.0, 0.5]], np.float32)
+    high = tf.constant([[1.0], [0.25]])
+    y, grad = value_and_grad(lambda t: clipped_identity(t, -1.0, high, leak=0.0), x)
+    np.testing.assert_array_equal(y, np.clip(x, -1.0, [[1.0], [0.25]]))
+    np.testing.assert_array_equal(grad, [[0.0, 1.0], [0.0, 0.0]])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"clip_min": 1.0, "clip_max": 1.0}, ValueError, "clip_min"),
+        ({"clip_min": 2.0, "clip_max": -2.0}, ValueError, "clip_min"),
+        ({"leak": -0.1}, ValueError, "leak"),
+        ({"leak": float("nan")}, ValueError, "leak"),
+        ({"leak": "0.1"}, TypeError, "leak"),
+        ({"clip_min": "low"}, TypeError, "clip_min"),
+        ({"clip_max": None}, TypeError, "clip_max"),
+    ],
+)
+def test_clipped_identity_rejects_bad_parameters(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        clipped_identity(POINTS, **kwargs)
+
+
+def test_clipped_identity_rejects_integer_input():
+    with pytest.raises(TypeError, match="x: expected a floating-point tensor, got dtype int32"):
+        clipped_identity(tf.constant([1, 2, 3]))
+
+
+# --- ClippedIdentity layer --------------------------------------------------------------
+
+
+def test_layer_matches_function_and_round_trips(tmp_path):
+    layer = ClippedIdentity(-0.5, 0.75, leak=0.2, name="clip")
+    x = POINTS.reshape(3, 3)
+    _, grad = value_and_grad(layer, x)
+    np.testing.assert_allclose(grad, closed_form_grad(x, -0.5, 0.75, 0.2), rtol=1e-6)
+
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(layer(inputs)))
+    path = tmp_path / "clip.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)
+    restored = loaded.get_layer("clip")
+    assert isinstance(restored, ClippedIdentity)
+    assert (restored.clip_min, restored.clip_max, restored.leak) == (-0.5, 0.75, 0.2)
+
+
+def test_layer_rejects_bad_parameters():
+    with pytest.raises(ValueError, match="clip_min"):
+        ClippedIdentity(1.0, 0.0)
+    with pytest.raises(TypeError, match="clip_max: expected a number"):
+        ClippedIdentity(0.0, tf.constant(1.0))
+    with pytest.raises(ValueError, match="leak"):
+        ClippedIdentity(leak=-1.0)
+
+
+def test_leaky_clip_lets_a_saturated_layer_train():
+    # Every hidden unit starts saturated (bias 4 > clip_max 1): a hard clip passes zero
+    # gradient to the first Dense, the leaky clip does not.
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 3)).astype(np.float32)
+    y = x @ np.array([[1.0], [-2.0], [0.5]], np.float32)
+
+    def first_kernel_change(leak):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((3,))
+        hidden = keras.layers.Dense(8, bias_initializer=keras.initializers.Constant(4.0), name="hidden")
+        model = keras.Model(inputs, keras.layers.Dense(1)(ClippedIdentity(leak=leak)(hidden(inputs))))
+        model.compile(keras.optimizers.Adam(0.01), "mse")
+        before = hidden.kernel.numpy().copy()
+        model.fit(x, y, epochs=2, batch_size=32, verbose=0)
+        return np.max(np.abs(hidden.kernel.numpy() - before))
+
+    assert first_kernel_change(0.0) == 0.0
+    assert first_kernel_change(0.01) > 1e-3
+
+
+# --- gradient_error ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [tf.sin, tf.exp, tf.tanh], ids=["sin", "exp", "tanh"])
+def test_gradient_error_is_tiny_for_builtins_in_float64(fn):
+    assert gradient_error(fn, np.linspace(-2.0, 2.0, 7)) < 1e-8
+
+
+def test_gradient_error_handles_non_elementwise_functions():
+    x = np.random.default_rng(1).normal(size=(2, 3))
+    assert gradient_error(lambda t: tf.linalg.matmul(t, t, transpose_b=True), x) < 1e-8
+    assert gradient_error(lambda t: tf.reduce_sum(t**3), x) < 1e-8
+
+
+def test_gradient_error_float32_is_noisier_but_bounded():
+    error = gradient_error(tf.sin, np.linspace(-2.0, 2.0, 7).astype(np.float32))
+    assert 1e-9 < error < 1e-3
+
+
+def test_gradient_error_catches_a_wrong_custom_gradient():
+    @tf.custom_gradient
+    def sin_with_wrong_gradient(x):
+        return tf.sin(x), lambda upstream: upstream * tf.sin(x)  # should be cos
+
+    x = np.linspace(-2.0, 2.0, 7)
+    expected = np.max(np.abs(np.sin(x) - np.cos(x)))  # closed form of the mistake
+    assert gradient_error(sin_with_wrong_gradient, x) == pytest.approx(expected, rel=1e-6)
+
+
+def test_gradient_error_is_nan_when_autodiff_is_nan():
+    assert np.isnan(gradient_error(lambda t: tf.norm(t, axis=-1), np.zeros((1, 3))))
+
+
+def test_default_delta_is_power_of_two_near_cube_root_of_eps():
+    assert default_delta(tf.float64) == 2.0**-17
+    assert default_delta("float32") == 2.0**-8
+    assert default_delta(np.float16) == 2.0**-3
+    with pytest.raises(TypeError, match="dtype"):
+        default_delta(tf.int32)
+
+
+@pytest.mark.parametrize(
+    ("fn", "x", "kwargs", "error", "match"),
+    [
+        ("not callable", np.ones(3), {}, TypeError, "fn: expected a callable"),
+        (tf.sin, np.arange(3, dtype=np.int64), {}, TypeError, "x: expected float16, .* got dtype int64"),
+        (tf.sin, tf.constant([1, 2]), {}, TypeError, "x: expected float16"),
+        (tf.sin, np.zeros(0), {}, ValueError, "x: expected at least one element"),
+        (tf.sin, np.ones(3), {"delta": 0.0}, ValueError, "delta"),
+        (tf.sin, np.ones(3), {"delta": float("inf")}, ValueError, "delta"),
+    ],
+)
+def test_gradient_error_rejects_bad_input(fn, x, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        gradient_error(fn, x, **kwargs)
+
+
+# --- numerical fixes --------------------------------------------------------------------
+
+
+def test_safe_norm_gradient_is_finite_at_zero_where_builtin_is_nan():
+    x = np.array([[0.0, 0.0, 0.0], [3.0, 4.0, 0.0]])
+    y, grad = value_and_grad(safe_norm, x)
+    _, builtin_grad = value_and_grad(lambda t: tf.norm(t, axis=-1), x)
+    assert np.isnan(builtin_grad[0]).all()
+    np.testing.assert_array_equal(grad[0], [0.0, 0.0, 0.0])
+    np.testing.assert_allclose(grad[1], [0.6, 0.8, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(y, [0.0, 5.0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, -3])
+def test_safe_norm_matches_builtin_away_from_zero(axis):
+    x = np.random.default_rng(2).normal(size=(2, 3, 4))
+    y, grad = value_and_grad(lambda t: safe_norm(t, axis=axis), x)
+    ref_y, ref_grad = value_and_grad(lambda t: tf.norm(t, axis=axis), x)
+    np.testing.assert_allclose(y, ref_y, rtol=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-12)
+    assert gradient_error(lambda t: safe_norm(t, axis=axis), x[:1]) < 1e-8
+
+
+def test_safe_norm_rejects_bad_input():
+    with pytest.raises(TypeError, match="axis: expected an int"):
+        safe_norm(np.ones((2, 2)), axis=1.0)
+    with pytest.raises(ValueError, match=r"axis: expected an int in \[-2, 2\)"):
+        safe_norm(np.ones((2, 2)), axis=2)
+    with pytest.raises(ValueError, match="x: expected a tensor of rank >= 1"):
+        safe_norm(3.0)
+    with pytest.raises(TypeError, match="x: expected a floating-point"):
+        safe_norm(np.ones((2, 2), np.int32))
+
+
+def test_log1p_exp_is_finite_where_naive_formula_is_not():
+    x = np.array([-200.0, -100.0, 0.0, 100.0, 200.0], np.float32)
+    y, grad = value_and_grad(log1p_exp, x)
+    _, naive_grad = value_and_grad(lambda t: tf.math.log(1.0 + tf.exp(t)), x)
+    assert np.isnan(naive_grad[-2:]).all()
+    assert np.isfinite(y).all() and np.isfinite(grad).all()
+    np.testing.assert_allclose(y, tf.nn.softplus(x).numpy(), rtol=1e-6, atol=1e-30)
+    np.testing.assert_allclose(grad, tf.sigmoid(x).numpy(), rtol=1e-6, atol=1e-30)
+    assert grad[2] == 0.5  # sigmoid(0); autodiff through max/abs gives 1 here
+
+
+def test_log1p_exp_matches_builtin_and_finite_differences():
+    x = np.linspace(-30.0, 30.0, 13)
+    y, grad = value_and_grad(log1p_exp, x)
+    ref_y, ref_grad = value_and_grad(tf.nn.softplus, x)
+    np.testing.assert_allclose(y, ref_y, rtol=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-12)
+    assert gradient_error(log1p_exp, x) < 1e-8
+    assert gradient_error(log1p_exp, np.array([0.0])) < 1e-8
+
+
+def test_log1p_exp_rejects_integer_input():
+    with pytest.raises(TypeError, match="x: expected a floating-point tensor"):
+        log1p_exp([1, 2])
