@@ -25,16 +25,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from companion._checks import float_tensor
+
 #: Input dtypes ``gradient_error`` accepts (finite differences need a float).
 CHECKABLE_DTYPES = (tf.float16, tf.float32, tf.float64)
-
-
-def _float_tensor(value: Any, name: str) -> tf.Tensor:
-    """Convert ``value`` to a tensor and insist on a floating-point dtype."""
-    tensor = tf.convert_to_tensor(value)
-    if not tensor.dtype.is_floating:
-        raise TypeError(f"{name}: expected a floating-point tensor, got dtype {tensor.dtype.name}")
-    return tensor
 
 
 def _check_bound(value: Any, name: str) -> None:
@@ -90,7 +84,7 @@ def clipped_identity(x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: fl
         ([-1.0, 0.5, 1.0], [0.25, 1.0, 0.25])
     """
     _check_clip_args(clip_min, clip_max, leak)
-    x = _float_tensor(x, "x")
+    x = float_tensor(x, "x")
     low = tf.cast(clip_min, x.dtype)
     high = tf.cast(clip_max, x.dtype)
 
@@ -178,7 +172,7 @@ def safe_norm(x: Any, axis: int = -1) -> tf.Tensor:
         >>> tape.gradient(n, x).numpy().tolist()
         [[0.0, 0.0, 0.0]]
     """
-    x = _float_tensor(x, "x")
+    x = float_tensor(x, "x")
     if isinstance(axis, bool) or not isinstance(axis, int):
         raise TypeError(f"axis: expected an int, got {type(axis).__name__} {axis!r}")
     rank = x.shape.rank
@@ -210,6 +204,10 @@ def log1p_exp(x: Any) -> tf.Tensor:
     ``max`` and ``abs`` returns 1 at ``x = 0`` instead of 0.5. The custom gradient returns
     ``sigmoid(x)`` everywhere. Values equal ``tf.nn.softplus``.
 
+    :func:`companion.ops.softplus` is the same function reached by path 1 (composing ops
+    with a double ``tf.where``, chapter 2); this path-4 version states the gradient
+    instead, so its backward pass is a single ``sigmoid``.
+
     Args:
         x: Floating-point tensor.
 
@@ -228,7 +226,7 @@ def log1p_exp(x: Any) -> tf.Tensor:
         >>> y.numpy().tolist(), tape.gradient(y, x).numpy().tolist()
         ([0.6931471824645996, 100.0], [0.5, 1.0])
     """
-    x = _float_tensor(x, "x")
+    x = float_tensor(x, "x")
 
     @tf.custom_gradient
     def _softplus(x: tf.Tensor) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:

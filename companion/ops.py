@@ -21,21 +21,9 @@ from typing import Any
 
 import tensorflow as tf
 
+from companion._checks import float_tensor
+
 Axis = int | Sequence[int] | None
-
-
-def _float_tensor(value: Any, name: str) -> tf.Tensor:
-    """Convert ``value`` to a tensor and insist on a floating-point dtype."""
-    try:
-        tensor = tf.convert_to_tensor(value)
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"{name}: expected a floating-point tensor, got {type(value).__name__}") from error
-    if not tensor.dtype.is_floating:
-        raise TypeError(
-            f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64),"
-            f" got dtype {tensor.dtype.name}; cast it first, e.g. tf.cast({name}, tf.float32)"
-        )
-    return tensor
 
 
 def _check_axis(axis: Axis, rank: int | None) -> Axis:
@@ -74,7 +62,7 @@ def swish(x: Any, beta: Any = 1.0) -> tf.Tensor:
         >>> bool(tf.reduce_all(swish(x) == tf.nn.silu(x)))
         True
     """
-    x = _float_tensor(x, "x")
+    x = float_tensor(x, "x")
     if isinstance(beta, (tf.Tensor, tf.Variable)):
         if not beta.dtype.is_floating:
             raise TypeError(f"beta: expected a floating-point scalar tensor, got dtype {beta.dtype.name}")
@@ -110,7 +98,7 @@ def softplus(x: Any) -> tf.Tensor:
         >>> [round(float(v), 4) for v in softplus(tf.constant([-20.0, 0.0, 1000.0]))]
         [0.0, 0.6931, 1000.0]
     """
-    x = _float_tensor(x, "x")
+    x = float_tensor(x, "x")
     positive = x > 0
     x_pos = tf.where(positive, x, tf.zeros_like(x))  # the positive branch sees only x > 0
     x_neg = tf.where(positive, tf.zeros_like(x), x)  # the other branch sees only x <= 0
@@ -134,7 +122,7 @@ def mish(x: Any) -> tf.Tensor:
         >>> round(float(mish(tf.constant(1.0))), 4)
         0.8651
     """
-    x = _float_tensor(x, "x")
+    x = float_tensor(x, "x")
     return x * tf.tanh(softplus(x))
 
 
@@ -164,7 +152,7 @@ def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> tf.Tensor:
         >>> round(float(logsumexp(tf.constant([1000.0, 1000.0]))), 2)
         1000.69
     """
-    x = _float_tensor(x, "x")
+    x = float_tensor(x, "x")
     axis = _check_axis(axis, x.shape.rank)
     if not isinstance(keepdims, bool):
         raise TypeError(f"keepdims: expected a bool, got {type(keepdims).__name__} {keepdims!r}")
@@ -203,7 +191,7 @@ def masked_mean(x: Any, mask: Any, axis: Axis = None, keepdims: bool = False) ->
         >>> masked_mean(x, mask, axis=1).numpy().tolist()
         [1.5, 0.0]
     """
-    x = _float_tensor(x, "x")
+    x = float_tensor(x, "x")
     mask = tf.convert_to_tensor(mask)
     if mask.dtype != tf.bool:
         raise TypeError(f"mask: expected a boolean tensor, got dtype {mask.dtype.name}; use e.g. mask > 0")
