@@ -27,11 +27,12 @@ book: $(INSTALLED)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 # The book is built first: tests/test_book.py checks the built pages (Colab links, outputs).
+# One pytest run: unit tests, the docstring examples of the companion, every notebook.
 test: $(INSTALLED) check-template book
-	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_NOTEBOOK_FLAGS) tests book
+	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) tests companion book
 
 unit: $(INSTALLED)
-	$(BIN)/python -m pytest -n 2 --dist loadfile tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules tests companion
 
 notebooks: $(INSTALLED)
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_NOTEBOOK_FLAGS) book
