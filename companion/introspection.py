@@ -59,7 +59,7 @@ def weights_table(layer: Any) -> list[tuple[str, tuple[int | None, ...], str, bo
 
     Example:
         >>> import keras
-        >>> dense = keras.layers.Dense(3)
+        >>> dense = keras.layers.Dense(3, name="dense")
         >>> weights_table(dense)
         []
         >>> dense.build((None, 4))
