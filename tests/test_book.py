@@ -89,3 +89,9 @@ def test_built_page_links_to_colab_and_shows_outputs(path):
 def test_built_index_exists():
     assert (HTML / "index.html").exists()
     assert re.search(r"White-Box TensorFlow", built_page(BOOK / "intro.md"))
+
+
+def test_intro_links_every_chapter():
+    intro = (BOOK / "intro.md").read_text()
+    missing = [nb.name for nb in NOTEBOOKS if f"]({nb.name})" not in intro]
+    assert not missing, f"book/intro.md's chapter map should link {missing}"
