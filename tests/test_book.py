@@ -95,3 +95,9 @@ def test_intro_links_every_chapter():
     intro = (BOOK / "intro.md").read_text()
     missing = [nb.name for nb in NOTEBOOKS if f"]({nb.name})" not in intro]
     assert not missing, f"book/intro.md's chapter map should link {missing}"
+
+
+def test_readme_and_intro_quote_the_configured_repository():
+    template = _template()
+    assert template.stale_docs() == [], "run `make stamp`"
+    assert all(CONFIG["repository"]["url"] in doc.read_text() for doc in template.DOCS)

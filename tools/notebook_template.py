@@ -4,12 +4,14 @@
     python tools/notebook_template.py stamp            # rewrite the setup cell of every notebook
     python tools/notebook_template.py new book/NN_name.ipynb "Title"   # start a new chapter
 
-The repository URL comes from ``_config.yml`` (``repository.url``): change it there, run
-``make stamp``, and every notebook installs the companion from the new home.
+The repository URL comes from ``_config.yml`` (``repository.url``): change that one line,
+run ``make stamp``, and every notebook installs the companion from the new home, and the
+install and Colab links in README.md and book/intro.md follow.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -18,6 +20,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
+#: Pages that quote the repository URL (install commands, Colab links).
+DOCS = [ROOT / "README.md", BOOK / "intro.md"]
+GITHUB_URL = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+")
+COLAB_PATH = re.compile(r"(colab\.research\.google\.com/github/)[\w.-]+/[\w.-]+")
 SETUP_TAGS = ["nbval-ignore-output"]
 SETUP_CELL = '''\
 # Setup, the same in every chapter (in Colab it installs the companion first).
@@ -82,6 +88,17 @@ def stamp(path: Path) -> bool:
     return True
 
 
+def stamped_doc(text: str) -> str:
+    """``text`` with every GitHub repository URL and Colab path pointing at the configured home."""
+    url = repository_url()
+    text = GITHUB_URL.sub(url, text)
+    return COLAB_PATH.sub(lambda match: match.group(1) + url.removeprefix("https://github.com/"), text)
+
+
+def stale_docs() -> list[Path]:
+    return [doc for doc in DOCS if stamped_doc(doc.read_text(encoding="utf-8")) != doc.read_text(encoding="utf-8")]
+
+
 def new(path: Path, title: str) -> None:
     """Create a chapter notebook: title, setup cell, and the summary/exercises headings."""
     if path.exists():
@@ -104,13 +121,17 @@ def main(argv: list[str]) -> int:
     command = argv[0] if argv else "check"
     if command == "check":
         problems = [f"{p.relative_to(ROOT)}: {why}" for p in chapter_notebooks() if (why := problem(p))]
+        problems += [f"{d.relative_to(ROOT)}: quotes another repository URL" for d in stale_docs()]
         print("\n".join(problems) or f"setup cell current in {len(chapter_notebooks())} notebooks")
         if problems:
             print("run `make stamp` to update them", file=sys.stderr)
         return 1 if problems else 0
     if command == "stamp":
         changed = [p.name for p in chapter_notebooks() if stamp(p)]
-        print(f"stamped {len(changed)} notebook(s): {', '.join(changed) or '-'}")
+        for doc in stale_docs():
+            doc.write_text(stamped_doc(doc.read_text(encoding="utf-8")), encoding="utf-8")
+            changed.append(doc.name)
+        print(f"stamped {len(changed)} file(s): {', '.join(changed) or '-'}")
         return 0
     if command == "new" and len(argv) == 3:
         new(Path(argv[1]), argv[2])
