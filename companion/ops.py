@@ -83,6 +83,8 @@ def softplus(x: Any) -> tf.Tensor:
     ``exp`` never overflows. Each branch only ever sees inputs that are safe for it (the
     double ``tf.where`` trick), so the gradient ``sigmoid(x)`` is finite at ``x = ±1000``
     and 0.5 at ``x = 0`` (the textbook ``relu(x) + log1p(exp(-|x|))`` gives 0 there).
+    :func:`companion.gradients.log1p_exp` is the same function with a hand-written
+    gradient (path 4, chapter 5).
 
     Args:
         x: Floating-point tensor.
