@@ -1,18 +1,31 @@
-# White-Box TensorFlow. `make book` and `make test` create .venv on first use.
+# White-Box TensorFlow. `make book` and `make test` create .venv on first use;
+# `make test-colab` creates .venv-colab (the versions Colab ships, requirements-colab.txt).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NOTEBOOKS := $(wildcard book/*.ipynb)
 PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env --sanitize-with book/_nbval_sanitize.cfg
+# tests/test_pages.py reads the built HTML: it runs after `book`, in `make test` only.
+UNIT_TESTS := tests --ignore=tests/test_pages.py
 
-.PHONY: help venv book test unit notebooks check-template stamp execute clean
+COLAB_STACK := requirements-colab.txt
+COLAB_VENV := .venv-colab
+COLAB_BIN := $(COLAB_VENV)/bin
+COLAB_INSTALLED := $(COLAB_VENV)/.installed
+# Test tools only; the constraint keeps them from moving Colab's stack.
+COLAB_TOOLS := pytest pytest-xdist nbval nbclient ipykernel nbformat pyyaml
+COLAB_PYTHON ?= $(shell tools/find_python.sh $(shell sed -n 's/^# python: *//p' $(COLAB_STACK)))
+
+.PHONY: help venv book test unit notebooks test-colab check-template stamp execute clean
 
 help:
-	@echo "make book      build the HTML book into _build/html (creates .venv if missing)"
-	@echo "make test      unit tests + every notebook under nbval + strict book build"
-	@echo "make execute   re-run every notebook in place, storing the outputs nbval sees"
-	@echo "make stamp     write the current setup cell into every notebook"
+	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
+	@echo "make test        unit tests + docstring examples + every notebook under nbval + strict book build"
+	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
+	@echo "make unit        unit tests and docstring examples only"
+	@echo "make execute     re-run every notebook in place, storing the outputs nbval sees (NB=... for one)"
+	@echo "make stamp       write the current setup cell into every notebook"
 
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,16 +39,36 @@ venv: $(INSTALLED)
 book: $(INSTALLED)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
-# The book is built first: tests/test_book.py checks the built pages (Colab links, outputs).
-# One pytest run: unit tests, the docstring examples of the companion, every notebook.
+# The book is built first: tests/test_pages.py checks the built pages (Colab links, outputs).
+# One pytest run: unit tests, the docstring examples of the companion, every notebook, the pages.
 test: $(INSTALLED) check-template book
 	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) tests companion book
 
 unit: $(INSTALLED)
-	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules tests companion
+	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules $(UNIT_TESTS) companion
 
 notebooks: $(INSTALLED)
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_NOTEBOOK_FLAGS) book
+
+# Colab's stack first, then the companion exactly as the notebooks' setup cell installs it there
+# (a plain, non-editable `pip install` that must leave Colab's packages alone: check_stack.py).
+$(COLAB_INSTALLED): $(COLAB_STACK) pyproject.toml
+	test -x $(COLAB_BIN)/python || $(COLAB_PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_BIN)/python -m pip install -q --upgrade pip
+	$(COLAB_BIN)/python -m pip install -q -r $(COLAB_STACK)
+	$(COLAB_BIN)/python -m pip install -q -c $(COLAB_STACK) $(COLAB_TOOLS)
+	$(COLAB_BIN)/python -m pip install -q .
+	$(COLAB_BIN)/python tools/check_stack.py $(COLAB_STACK)
+	touch $@
+
+# The installed companion is refreshed from this tree on every run (same version number, so
+# --force-reinstall; --no-deps, its dependencies were resolved above). `pytest` (the script, not
+# `python -m pytest`) with importlib imports keeps this tree off sys.path: tests and notebooks
+# import the installed package, as in Colab.
+test-colab: $(COLAB_INSTALLED)
+	$(COLAB_BIN)/python -m pip install -q --no-deps --force-reinstall .
+	$(COLAB_BIN)/python tools/check_stack.py $(COLAB_STACK)
+	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) $(UNIT_TESTS) companion book
 
 check-template: $(INSTALLED)
 	$(BIN)/python tools/notebook_template.py check
@@ -52,4 +85,4 @@ execute: $(INSTALLED) stamp
 	done
 
 clean:
-	rm -rf _build .pytest_cache
+	rm -rf _build .pytest_cache build

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from companion._checks import check_int
+
 SHAPE_NAMES = ("circle", "square", "triangle")
 NUM_CLASSES = 2 * len(SHAPE_NAMES)
 MIN_IMAGE_SIZE = 16
@@ -18,19 +20,11 @@ def class_name(label: int) -> str:
     """Human-readable name of a label of :func:`make_shapes`, e.g. ``'triangle/+'``.
 
     Raises:
+        TypeError: If ``label`` is not an int (a NumPy integer from a label array is fine).
         ValueError: If ``label`` is not in ``range(NUM_CLASSES)``.
     """
-    if not 0 <= int(label) < NUM_CLASSES:
-        raise ValueError(f"label: expected an int in [0, {NUM_CLASSES}), got {label!r}")
-    return f"{SHAPE_NAMES[int(label) // 2]}/{'+' if int(label) % 2 else '-'}"
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int >= {minimum}, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
-    return int(value)
+    label = check_int(label, "label", minimum=0, maximum=NUM_CLASSES - 1)
+    return f"{SHAPE_NAMES[label // 2]}/{'+' if label % 2 else '-'}"
 
 
 def _draw(shape: int, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -86,10 +80,10 @@ def make_shapes(
         >>> images.shape, meta.shape, labels.shape
         ((8, 32, 32, 3), (8, 4), (8,))
     """
-    n = _check_int("n", n, 1)
-    image_size = _check_int("image_size", image_size, MIN_IMAGE_SIZE)
-    meta_dim = _check_int("meta_dim", meta_dim, 0)
-    seed = _check_int("seed", seed, 0)
+    n = check_int(n, "n", minimum=1)
+    image_size = check_int(image_size, "image_size", minimum=MIN_IMAGE_SIZE)
+    meta_dim = check_int(meta_dim, "meta_dim", minimum=0)
+    seed = check_int(seed, "seed", minimum=0)
 
     rng = np.random.default_rng(seed)
     shapes = rng.integers(0, len(SHAPE_NAMES), size=n)

@@ -7,7 +7,8 @@ Chapter 5 builds each of these inline first:
 - ``ClippedIdentity``: the same op as a serializable Keras layer;
 - ``safe_norm`` and ``log1p_exp``: ops whose custom gradient fixes a numerical problem of
   plain autodiff (NaN at the zero vector; NaN for large inputs, wrong value at 0);
-- ``gradient_error``: autodiff against central finite differences, to check any of them.
+- ``gradient_error``: autodiff against central finite differences, to check any of them;
+- ``value_and_gradient``: a function's values and pointwise derivatives, for tables and plots.
 
 The pattern every op here follows: validate and convert the non-tensor parameters
 outside, then decorate an inner function that takes only the tensor input(s), closes over
@@ -17,7 +18,6 @@ the parameters and returns exactly one gradient per tensor input.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -25,30 +25,60 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import float_tensor
+from companion._checks import check_int, check_real, describe, float_tensor, is_real
 
 #: Input dtypes ``gradient_error`` accepts (finite differences need a float).
 CHECKABLE_DTYPES = (tf.float16, tf.float32, tf.float64)
 
 
 def _check_bound(value: Any, name: str) -> None:
-    """A clip bound is a real number or a tensor/array (checked later by broadcasting)."""
-    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not (is_number or tf.is_tensor(value) or isinstance(value, (np.ndarray, np.generic))):
-        raise TypeError(f"{name}: expected a number or a tensor, got {type(value).__name__} {value!r}")
+    """A clip bound is a finite number or a tensor/array (checked later by broadcasting)."""
+    if is_real(value):
+        check_real(value, name)
+    elif not (tf.is_tensor(value) or isinstance(value, np.ndarray)):
+        raise TypeError(f"{name}: expected a finite number or a tensor, got {describe(value)}")
 
 
 def _check_clip_args(clip_min: Any, clip_max: Any, leak: Any) -> None:
     """Validate the parameters shared by ``clipped_identity`` and ``ClippedIdentity``."""
     _check_bound(clip_min, "clip_min")
     _check_bound(clip_max, "clip_max")
-    if isinstance(clip_min, numbers.Real) and isinstance(clip_max, numbers.Real):
-        if not clip_min < clip_max:
-            raise ValueError(f"clip_min: expected a value below clip_max={clip_max!r}, got {clip_min!r}")
-    if isinstance(leak, bool) or not isinstance(leak, numbers.Real):
-        raise TypeError(f"leak: expected a non-negative number, got {type(leak).__name__} {leak!r}")
-    if not leak >= 0:  # also rejects NaN
-        raise ValueError(f"leak: expected a non-negative number, got {leak!r}")
+    if is_real(clip_min) and is_real(clip_max) and not clip_min < clip_max:
+        raise ValueError(f"clip_min: expected a value below clip_max={clip_max!r}, got {describe(clip_min)}")
+    check_real(leak, "leak", minimum=0)
+
+
+def value_and_gradient(fn: Callable[[tf.Tensor], Any], x: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """``fn(x)`` and the gradient of ``sum(fn(x))`` with respect to ``x``, both as NumPy arrays.
+
+    For an elementwise ``fn`` the gradient is the derivative at each point, which is what
+    the chapters plot and tabulate. The gradient is ``None`` when ``fn``'s output does not
+    depend on ``x`` through differentiable ops (``tf.round``, a cast to int, ...).
+
+    Args:
+        fn: Function of one tensor.
+        x: Point(s) to evaluate at: a tensor or array (a NumPy array keeps its dtype).
+
+    Returns:
+        ``(value, gradient)``; ``gradient`` has the shape of ``x``, or is ``None``.
+
+    Raises:
+        TypeError: If ``fn`` is not callable or ``x`` is not floating point.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> value, gradient = value_and_gradient(tf.square, [1.0, -2.0])
+        >>> value.tolist(), gradient.tolist()
+        ([1.0, 4.0], [2.0, -4.0])
+    """
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable taking one tensor, got {type(fn).__name__}")
+    x = float_tensor(x, "x")
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = fn(x)
+    gradient = tape.gradient(y, x)
+    return np.asarray(y), None if gradient is None else gradient.numpy()
 
 
 def clipped_identity(x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: float = 0.01) -> tf.Tensor:
@@ -124,9 +154,8 @@ class ClippedIdentity(keras.layers.Layer):
 
     def __init__(self, clip_min: float = -1.0, clip_max: float = 1.0, leak: float = 0.01, **kwargs: Any):
         super().__init__(**kwargs)
-        for name, value in (("clip_min", clip_min), ("clip_max", clip_max)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+        check_real(clip_min, "clip_min")
+        check_real(clip_max, "clip_max")
         _check_clip_args(clip_min, clip_max, leak)
         self.clip_min = float(clip_min)
         self.clip_max = float(clip_max)
@@ -173,8 +202,7 @@ def safe_norm(x: Any, axis: int = -1) -> tf.Tensor:
         [[0.0, 0.0, 0.0]]
     """
     x = float_tensor(x, "x")
-    if isinstance(axis, bool) or not isinstance(axis, int):
-        raise TypeError(f"axis: expected an int, got {type(axis).__name__} {axis!r}")
+    axis = check_int(axis, "axis")
     rank = x.shape.rank
     if rank == 0:
         raise ValueError("x: expected a tensor of rank >= 1, got a scalar")
@@ -306,7 +334,7 @@ def gradient_error(fn: Callable[[tf.Tensor], Any], x: Any, *, delta: float | Non
         raise ValueError(f"x: expected at least one element, got shape {tuple(array.shape)}")
     if delta is None:
         delta = default_delta(dtype)
-    elif isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 < delta < math.inf:
-        raise ValueError(f"delta: expected a positive finite number, got {delta!r}")
+    else:
+        delta = check_real(delta, "delta", above=0)
     (autodiff,), (numeric,) = tf.test.compute_gradient(fn, [tf.convert_to_tensor(array, dtype)], delta=delta)
     return float(np.max(np.abs(autodiff.astype(np.float64) - numeric.astype(np.float64))))

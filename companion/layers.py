@@ -13,16 +13,9 @@ from typing import Any
 import keras
 from keras import ops
 
+from companion._checks import check_int, check_real
+
 __all__ = ["AdditiveGaussianNoise", "CustomDense", "ResidualBlock"]
-
-
-def _check_units(units: Any, argname: str = "units") -> int:
-    """Return ``units`` if it is a positive int, else raise with a message naming ``argname``."""
-    if isinstance(units, bool) or not isinstance(units, int):
-        raise TypeError(f"{argname}: expected a positive int, got {type(units).__name__} {units!r}")
-    if units <= 0:
-        raise ValueError(f"{argname}: expected a positive int, got {units}")
-    return units
 
 
 def _get_activation(activation: Any, argname: str = "activation") -> Any:
@@ -81,7 +74,7 @@ class CustomDense(keras.layers.Layer):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.units = _check_units(units)
+        self.units = check_int(units, "units", minimum=1)
         self.activation = _get_activation(activation)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -168,15 +161,9 @@ class AdditiveGaussianNoise(keras.layers.Layer):
 
     def __init__(self, stddev: float, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if isinstance(stddev, bool) or not isinstance(stddev, (int, float)):
-            raise TypeError(f"stddev: expected a non-negative float, got {type(stddev).__name__} {stddev!r}")
-        if stddev < 0:
-            raise ValueError(f"stddev: expected a non-negative float, got {stddev}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed: expected an int or None, got {type(seed).__name__} {seed!r}")
-        self.stddev = float(stddev)
-        self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.stddev = check_real(stddev, "stddev", minimum=0)
+        self.seed = check_int(seed, "seed", minimum=0, allow_none=True)
+        self.seed_generator = keras.random.SeedGenerator(self.seed)
         self.supports_masking = True
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
@@ -209,7 +196,8 @@ class ResidualBlock(keras.layers.Layer):
         units: Output width (a positive int).
         hidden_units: Width of the inner layer; defaults to ``units``.
         activation: Activation between the two dense layers (name, callable or None).
-        kernel_initializer: Initializer for all kernels.
+        kernel_initializer: Initializer for the kernels; each sublayer gets its own instance
+            (made from this one's config), so their starting kernels differ.
         kernel_regularizer: Optional regularizer for all kernels.
         **kwargs: Base-layer arguments (``name``, ``dtype``, ...).
 
@@ -236,31 +224,34 @@ class ResidualBlock(keras.layers.Layer):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.units = _check_units(units)
-        self.hidden_units = self.units if hidden_units is None else _check_units(hidden_units, "hidden_units")
+        self.units = check_int(units, "units", minimum=1)
+        self.hidden_units = self.units if hidden_units is None else check_int(hidden_units, "hidden_units", minimum=1)
         self.activation = _get_activation(activation)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        dense_args = dict(
-            kernel_initializer=self.kernel_initializer, kernel_regularizer=self.kernel_regularizer
-        )
-        self.hidden = CustomDense(self.hidden_units, activation=self.activation, name="hidden", **dense_args)
-        self.output_dense = CustomDense(self.units, name="output", **dense_args)
+        self.hidden = CustomDense(self.hidden_units, activation=self.activation, name="hidden", **self._dense_args())
+        self.output_dense = CustomDense(self.units, name="output", **self._dense_args())
         self.projection: CustomDense | None = None
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    def _dense_args(self) -> dict[str, Any]:
+        """Initializer and regularizer arguments for one sublayer, each a new object from the config.
+
+        In Keras 3 an initializer instance without a seed draws its seed once, when it is
+        created: one instance shared by several sublayers would give them identical starting
+        kernels. Each sublayer therefore gets its own instance.
+        """
+        return dict(
+            kernel_initializer=keras.initializers.get(keras.initializers.serialize(self.kernel_initializer)),
+            kernel_regularizer=self.kernel_regularizer,
+        )
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         input_shape = tuple(input_shape)
         self.hidden.build(input_shape)
         self.output_dense.build(input_shape[:-1] + (self.hidden_units,))
         if input_shape[-1] != self.units:
-            self.projection = CustomDense(
-                self.units,
-                use_bias=False,
-                kernel_initializer=self.kernel_initializer,
-                kernel_regularizer=self.kernel_regularizer,
-                name="projection",
-            )
+            self.projection = CustomDense(self.units, use_bias=False, name="projection", **self._dense_args())
             self.projection.build(input_shape)
 
     def call(self, inputs: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Notebook helpers: reproducible set-up, environment checks and plain-text tables.
+"""Notebook helpers: reproducible set-up, environment checks, plain-text tables, error
+messages without terminal colours, and a fresh Python process for "does it load elsewhere?".
 
 Every chapter starts with ``setup()``; the other helpers are small conveniences the
 chapters share.
@@ -7,8 +8,12 @@ chapters share.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+
+from companion._checks import check_int
 
 
 def in_colab() -> bool:
@@ -23,18 +28,45 @@ def gpu_available() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
+def enable_gpu_memory_growth() -> list[str]:
+    """Let TensorFlow take GPU memory as it needs it instead of all of it at start-up.
+
+    By default the first TensorFlow op maps nearly all GPU memory into the process. A
+    notebook that then starts a child Python process with TensorFlow (chapters 3 and 4 reload
+    saved models in one) would leave the child nothing. With memory growth the parent holds
+    only what it uses, so the child can use the same GPU. Must run before the first op
+    touches the GPU; afterwards TensorFlow refuses, and the GPU is left as it is.
+
+    Returns:
+        The names of the GPUs now growing their memory (empty on a CPU-only runtime).
+    """
+    import tensorflow as tf
+
+    configured = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:  # the GPU is already initialised: its memory is already mapped
+            continue
+        configured.append(gpu.name)
+    return configured
+
+
 def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
     """Seed Python, NumPy and TensorFlow, quiet TensorFlow's logs, describe the runtime.
 
     Call it once at the top of a notebook (before building models). Two runs of the same
-    small CPU training after ``setup(seed)`` give identical weights.
+    small CPU training after ``setup(seed)`` give identical weights. On a GPU runtime it
+    also turns on memory growth (``enable_gpu_memory_growth``), so that a child Python
+    process started by the notebook can use the GPU too.
 
     Args:
         seed: Non-negative integer seed for ``random``, NumPy and TensorFlow.
         verbose: Print the versions, the device and whether this is Colab.
 
     Returns:
-        A dict with keys ``tensorflow``, ``keras``, ``python``, ``device``, ``colab``, ``seed``.
+        A dict with keys ``tensorflow``, ``keras``, ``python``, ``device``, ``colab``, ``seed``
+        and ``gpu_memory_growth`` (the GPUs set to grow their memory).
 
     Raises:
         TypeError: If ``seed`` is not an int.
@@ -46,10 +78,7 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
         >>> info["seed"]
         0
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed: expected a non-negative int, got {type(seed).__name__} {seed!r}")
-    if seed < 0:
-        raise ValueError(f"seed: expected a non-negative int, got {seed}")
+    seed = check_int(seed, "seed", minimum=0)
 
     # Must be set before TensorFlow's C++ runtime loads to silence its start-up chatter.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -57,6 +86,7 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")
+    growing = enable_gpu_memory_growth()
     keras.utils.set_random_seed(seed)  # seeds random, NumPy and TensorFlow together
 
     info: dict[str, object] = {
@@ -66,6 +96,7 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
         "device": "GPU" if gpu_available() else "CPU",
         "colab": in_colab(),
         "seed": seed,
+        "gpu_memory_growth": growing,
     }
     if verbose:
         print(f"TensorFlow {info['tensorflow']}, Keras {info['keras']}, Python {info['python']}")
@@ -104,3 +135,66 @@ def format_table(rows: Iterable[Sequence[object]], headers: Sequence[str]) -> st
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+#: Terminal colour and style codes, which Keras puts in some messages and in ``summary()``.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    r"""Remove terminal colour codes (``\x1b[1m`` ...) so text reads the same everywhere.
+
+    Example:
+        >>> strip_ansi("\x1b[1mModel\x1b[0m summary")
+        'Model summary'
+    """
+    return ANSI_ESCAPE.sub("", text)
+
+
+def describe_error(error: BaseException, lines: int = 1) -> str:
+    r"""``"TypeName: first line"`` of an exception: colour codes and blank lines dropped.
+
+    Args:
+        error: The exception (usually the one caught by ``except ... as error``).
+        lines: How many non-blank lines of its message to keep (joined by an indented newline).
+
+    Example:
+        >>> describe_error(ValueError("\x1b[1mbad\x1b[0m width\n\nmore detail"))
+        'ValueError: bad width'
+    """
+    lines = check_int(lines, "lines", minimum=1)
+    kept = [line.strip() for line in strip_ansi(str(error)).splitlines() if line.strip()][:lines]
+    return f"{type(error).__name__}: " + "\n    ".join(kept)
+
+
+def run_python(
+    code: str, *, timeout: float = 300, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    r"""Run ``code`` in a fresh Python process (this kernel's interpreter) and capture its output.
+
+    The honest test of "does this saved model load elsewhere?": the child has imported
+    nothing and registered nothing. TensorFlow's C++ start-up logs are silenced in it
+    (``TF_CPP_MIN_LOG_LEVEL=3``) so that ``stderr`` holds only real errors. The child sees
+    the same GPUs as the notebook (``setup`` lets the notebook's share of GPU memory grow).
+
+    Args:
+        code: Python source to run with ``python -c``.
+        timeout: Seconds before the child is killed (``subprocess.TimeoutExpired``).
+        env: Extra environment variables for the child, on top of this process's.
+
+    Returns:
+        The ``subprocess.CompletedProcess`` with ``returncode``, ``stdout`` and ``stderr`` as text.
+
+    Raises:
+        TypeError: If ``code`` is not a string.
+
+    Example:
+        >>> run_python("print(6 * 7)").stdout
+        '42\n'
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"code: expected Python source as a str, got {type(code).__name__}")
+    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=child_env
+    )

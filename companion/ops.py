@@ -14,14 +14,12 @@ wherever a branch would overflow.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from numbers import Real
 from typing import Any
 
 import tensorflow as tf
 
-from companion._checks import float_tensor
+from companion._checks import check_bool, check_real, describe, float_tensor, is_int, is_real
 
 Axis = int | Sequence[int] | None
 
@@ -30,19 +28,27 @@ def _check_axis(axis: Axis, rank: int | None) -> Axis:
     """Validate a reduction axis (None, an int or a sequence of ints) against ``rank``."""
     if axis is None:
         return None
-    axes = [axis] if isinstance(axis, int) and not isinstance(axis, bool) else axis
-    if not isinstance(axes, Sequence) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
-        raise TypeError(f"axis: expected None, an int or a sequence of ints, got {axis!r}")
+    axes = [axis] if is_int(axis) else axis
+    if not isinstance(axes, Sequence) or not all(is_int(a) for a in axes):
+        raise TypeError(f"axis: expected None, an int or a sequence of ints, got {describe(axis)}")
     if rank is not None and any(not -rank <= a < rank for a in axes):
-        raise ValueError(f"axis: expected values in [{-rank}, {rank}) for a rank-{rank} input, got {axis!r}")
-    return axis if isinstance(axis, int) else list(axes)
+        raise ValueError(f"axis: expected values in [{-rank}, {rank}) for a rank-{rank} input, got {describe(axis)}")
+    return int(axis) if is_int(axis) else [int(a) for a in axes]
+
+
+def _is_tensor_like(value: Any) -> bool:
+    """A TensorFlow tensor or variable, or a Keras 3 ``keras.Variable`` (what ``add_weight`` returns)."""
+    import keras
+
+    return tf.is_tensor(value) or isinstance(value, (tf.Variable, keras.Variable))
 
 
 def swish(x: Any, beta: Any = 1.0) -> tf.Tensor:
     """Swish activation ``x * sigmoid(beta * x)`` (Ramachandran et al., 2017).
 
     With ``beta=1`` this is SiLU and equals ``tf.nn.silu`` bit for bit. ``beta`` may be a
-    ``tf.Variable``, which makes it trainable: the gradient reaches it like any other weight.
+    ``tf.Variable`` or a Keras weight (``keras.Variable``, what ``add_weight`` returns), which
+    makes it trainable: the gradient reaches it like any other weight.
 
     Args:
         x: Floating-point tensor (or array/list convertible to one).
@@ -63,16 +69,17 @@ def swish(x: Any, beta: Any = 1.0) -> tf.Tensor:
         True
     """
     x = float_tensor(x, "x")
-    if isinstance(beta, (tf.Tensor, tf.Variable)):
+    if is_real(beta):
+        beta = check_real(beta, "beta")
+    elif _is_tensor_like(beta):
+        beta = tf.convert_to_tensor(beta)  # reads a tf.Variable or keras.Variable: gradients flow
         if not beta.dtype.is_floating:
             raise TypeError(f"beta: expected a floating-point scalar tensor, got dtype {beta.dtype.name}")
         if beta.shape.rank not in (None, 0):
             raise ValueError(f"beta: expected a scalar (rank 0), got shape {beta.shape}")
         beta = tf.cast(beta, x.dtype)
-    elif isinstance(beta, bool) or not isinstance(beta, Real):
-        raise TypeError(f"beta: expected a real number or a float scalar tensor, got {type(beta).__name__} {beta!r}")
-    elif not math.isfinite(beta):
-        raise ValueError(f"beta: expected a finite number, got {beta!r}")
+    else:
+        raise TypeError(f"beta: expected a finite number or a float scalar tensor, got {describe(beta)}")
     return x * tf.sigmoid(beta * x)
 
 
@@ -156,8 +163,7 @@ def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> tf.Tensor:
     """
     x = float_tensor(x, "x")
     axis = _check_axis(axis, x.shape.rank)
-    if not isinstance(keepdims, bool):
-        raise TypeError(f"keepdims: expected a bool, got {type(keepdims).__name__} {keepdims!r}")
+    keepdims = check_bool(keepdims, "keepdims")
     shift = tf.stop_gradient(tf.reduce_max(x, axis=axis, keepdims=True))
     shift = tf.where(tf.math.is_finite(shift), shift, tf.zeros_like(shift))  # all -inf slices
     total = tf.math.log(tf.reduce_sum(tf.exp(x - shift), axis=axis, keepdims=True)) + shift
@@ -204,8 +210,7 @@ def masked_mean(x: Any, mask: Any, axis: Axis = None, keepdims: bool = False) ->
     if shape.rank is not None and x.shape.rank is not None and shape.rank > x.shape.rank:
         raise ValueError(f"mask: expected at most x's rank {x.shape.rank}, got shape {mask.shape}")
     axis = _check_axis(axis, x.shape.rank)
-    if not isinstance(keepdims, bool):
-        raise TypeError(f"keepdims: expected a bool, got {type(keepdims).__name__} {keepdims!r}")
+    keepdims = check_bool(keepdims, "keepdims")
     mask = tf.broadcast_to(mask, tf.shape(x))
     total = tf.reduce_sum(tf.where(mask, x, tf.zeros_like(x)), axis=axis, keepdims=keepdims)
     count = tf.reduce_sum(tf.cast(mask, x.dtype), axis=axis, keepdims=keepdims)

@@ -10,12 +10,13 @@ default border, ``BORDER_REFLECT_101`` (= ``tf.pad(mode="REFLECT")``).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from companion._checks import check_int, check_real, describe
 
 #: OpenCV's fixed kernels for ``sigma <= 0`` and small odd sizes (numerators; divide by sum).
 #: Sizes 3, 5 and 7 are binomial-like; OpenCV 5 adds 9. Other sizes use the Gaussian formula.
@@ -31,19 +32,14 @@ OPENCV_DTYPES = (np.uint8, np.float32, np.float64)
 
 
 def _check_ksize(ksize: object) -> int:
-    if isinstance(ksize, bool) or not isinstance(ksize, (int, np.integer)):
-        raise TypeError(f"ksize: expected a positive odd int, got {type(ksize).__name__} {ksize!r}")
-    if ksize < 1 or ksize % 2 == 0:
-        raise ValueError(f"ksize: expected a positive odd int, got {ksize}")
-    return int(ksize)
+    ksize = check_int(ksize, "ksize", minimum=1)
+    if ksize % 2 == 0:
+        raise ValueError(f"ksize: expected an odd int >= 1, got {describe(ksize)}")
+    return ksize
 
 
 def _check_sigma(sigma: object) -> float:
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)):
-        raise TypeError(f"sigma: expected a finite float >= 0, got {type(sigma).__name__} {sigma!r}")
-    if not math.isfinite(sigma) or sigma < 0:
-        raise ValueError(f"sigma: expected a finite float >= 0 (0 = OpenCV's rule), got {sigma}")
-    return float(sigma)
+    return check_real(sigma, "sigma", minimum=0)  # 0 selects OpenCV's rule
 
 
 def gaussian_kernel(ksize: int = 5, sigma: float = 0.0) -> np.ndarray:

@@ -136,7 +136,7 @@ def test_layer_matches_function_and_round_trips(tmp_path):
 def test_layer_rejects_bad_parameters():
     with pytest.raises(ValueError, match="clip_min"):
         ClippedIdentity(1.0, 0.0)
-    with pytest.raises(TypeError, match="clip_max: expected a number"):
+    with pytest.raises(TypeError, match="clip_max: expected a finite number"):
         ClippedIdentity(0.0, tf.constant(1.0))
     with pytest.raises(ValueError, match="leak"):
         ClippedIdentity(leak=-1.0)
@@ -278,3 +278,18 @@ def test_log1p_exp_matches_builtin_and_finite_differences():
 def test_log1p_exp_rejects_integer_input():
     with pytest.raises(TypeError, match="x: expected a floating-point tensor"):
         log1p_exp([1, 2])
+
+
+def test_value_and_gradient_against_closed_forms_and_none_for_flat_ops():
+    from companion.gradients import value_and_gradient
+
+    x = np.linspace(-2.0, 2.0, 9)
+    value, gradient = value_and_gradient(tf.sin, x)
+    np.testing.assert_allclose(value, np.sin(x), rtol=1e-15)
+    np.testing.assert_allclose(gradient, np.cos(x), rtol=1e-15)
+    assert value.dtype == np.float64
+    assert value_and_gradient(tf.round, x)[1] is None
+    with pytest.raises(TypeError, match="^x: expected a floating-point tensor"):
+        value_and_gradient(tf.sin, np.arange(3))
+    with pytest.raises(TypeError, match="^fn: expected a callable"):
+        value_and_gradient(None, x)

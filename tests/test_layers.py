@@ -162,6 +162,27 @@ def test_residual_block_weights_exist_after_build():
     assert shapes == sorted([(4, 8), (8,), (8, 6), (6,), (4, 6)])
 
 
+def _same_up_to_reshape(a, b):
+    return a.size == b.size and np.array_equal(np.sort(a.ravel()), np.sort(b.ravel()))
+
+
+@pytest.mark.parametrize(
+    "initializer", ["glorot_uniform", keras.initializers.GlorotUniform(), {"class_name": "HeNormal", "config": {}}]
+)
+def test_residual_block_sublayers_start_from_different_kernels(initializer):
+    """Keras 3: an unseeded initializer instance fixes its seed when created; sharing one repeats it."""
+    block = ResidualBlock(8, hidden_units=8, kernel_initializer=initializer)
+    block.build((None, 4))  # hidden (4, 8), output (8, 8), projection (4, 8)
+    kernels = [np.asarray(layer.kernel) for layer in (block.hidden, block.output_dense, block.projection)]
+    for i, first in enumerate(kernels):
+        for second in kernels[i + 1 :]:
+            assert not _same_up_to_reshape(first, second)
+    # a second block draws other values again
+    other = ResidualBlock(8, hidden_units=8, kernel_initializer=initializer)
+    other.build((None, 4))
+    assert not np.array_equal(np.asarray(other.hidden.kernel), kernels[0])
+
+
 # ---------------------------------------------------------------- serialization
 
 
@@ -214,7 +235,7 @@ def test_registered_names_are_in_the_companion_package():
 
 @pytest.mark.parametrize("units", [0, -3])
 def test_non_positive_units_raise_value_error(units):
-    with pytest.raises(ValueError, match="units: expected a positive int"):
+    with pytest.raises(ValueError, match="units: expected an int >= 1"):
         CustomDense(units)
     with pytest.raises(ValueError, match="units"):
         ResidualBlock(units)
@@ -222,7 +243,7 @@ def test_non_positive_units_raise_value_error(units):
 
 @pytest.mark.parametrize("units", [2.0, "3", True, None])
 def test_non_int_units_raise_type_error(units):
-    with pytest.raises(TypeError, match="units: expected a positive int"):
+    with pytest.raises(TypeError, match="units: expected an int >= 1"):
         CustomDense(units)
 
 
@@ -259,5 +280,5 @@ def test_bad_stddev_raises(stddev, error):
 
 
 def test_bad_seed_raises_type_error():
-    with pytest.raises(TypeError, match="seed: expected an int or None"):
+    with pytest.raises(TypeError, match="seed: expected an int >= 0 or None"):
         AdditiveGaussianNoise(0.1, seed=1.5)

@@ -55,3 +55,75 @@ def test_format_table_aligns_columns_and_rounds_floats():
 def test_format_table_rejects_ragged_rows():
     with pytest.raises(ValueError, match=r"rows\[1\]: expected 2 values"):
         format_table([(1, 2), (3,)], ["a", "b"])
+
+
+# --- GPU runtime: memory growth, checked without a GPU -----------------------------------------
+
+
+class _FakeGPU:
+    def __init__(self, name):
+        self.name, self.device_type = name, "GPU"
+
+
+def test_setup_turns_on_memory_growth_for_every_gpu(monkeypatch):
+    import tensorflow as tf
+
+    gpus = [_FakeGPU("/physical_device:GPU:0"), _FakeGPU("/physical_device:GPU:1")]
+    calls = []
+    real_list = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: gpus if kind == "GPU" else real_list(kind))
+    monkeypatch.setattr(tf.config.experimental, "set_memory_growth",
+                        lambda device, enable: calls.append((device.name, enable)))
+    info = setup(0, verbose=False)
+    assert calls == [(g.name, True) for g in gpus]
+    assert info["gpu_memory_growth"] == [g.name for g in gpus] and info["device"] == "GPU"
+
+
+def test_memory_growth_skips_a_gpu_that_is_already_initialised(monkeypatch):
+    import tensorflow as tf
+
+    from companion.notebook import enable_gpu_memory_growth
+
+    def refuse(device, enable):
+        raise RuntimeError("Physical devices cannot be modified after being initialized")
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [_FakeGPU("/physical_device:GPU:0")])
+    monkeypatch.setattr(tf.config.experimental, "set_memory_growth", refuse)
+    assert enable_gpu_memory_growth() == []
+
+
+# --- messages and fresh processes ---------------------------------------------------------------
+
+
+def test_strip_ansi_and_describe_error_remove_keras_colour_codes():
+    import keras
+
+    from companion.notebook import describe_error, strip_ansi
+
+    layer = keras.layers.Dense(2, name="d")
+    layer.build((None, 3))
+    try:
+        layer(np.ones((1, 4), "float32"))
+    except ValueError as error:
+        text = describe_error(error)
+    assert text.startswith("ValueError: ") and "\x1b" not in text and "incompatible" in text
+    assert strip_ansi("\x1b[1m\x1b[31mred bold\x1b[0m") == "red bold"
+    assert describe_error(RuntimeError("a\n\n b\nc"), lines=2) == "RuntimeError: a\n    b"
+    with pytest.raises(ValueError, match="^lines: expected an int >= 1"):
+        describe_error(KeyError("x"), lines=0)
+
+
+def test_run_python_uses_a_fresh_interpreter_without_this_process_state(tmp_path):
+    from companion.notebook import run_python
+
+    sys_modules_marker = "companion.notebook" in __import__("sys").modules
+    result = run_python("import sys; print('companion.notebook' in sys.modules, sys.executable)")
+    assert sys_modules_marker and result.returncode == 0
+    printed, executable = result.stdout.split()
+    assert printed == "False" and executable == __import__("sys").executable
+    failing = run_python("raise SystemExit('boom')")
+    assert failing.returncode == 1 and "boom" in failing.stderr
+    assert run_python("import os; print(os.environ['EXTRA'])", env={"EXTRA": "yes"}).stdout == "yes\n"
+    with pytest.raises(TypeError, match="^code: expected Python source"):
+        run_python(["print(1)"])

@@ -251,12 +251,12 @@ def test_unconvertible_or_string_x_raises_type_error():
 
 @pytest.mark.parametrize("beta", ["1.0", None, True, [1.0]])
 def test_swish_bad_beta_type(beta):
-    with pytest.raises(TypeError, match=r"^beta: expected a real number"):
+    with pytest.raises(TypeError, match=r"^beta: expected a finite number or a float scalar tensor"):
         swish(tf.constant([1.0]), beta)
 
 
 def test_swish_bad_beta_values():
-    with pytest.raises(ValueError, match=r"^beta: expected a finite number, got nan"):
+    with pytest.raises(ValueError, match=r"^beta: expected a finite number, got float nan"):
         swish(tf.constant([1.0]), float("nan"))
     with pytest.raises(ValueError, match=r"^beta: expected a scalar"):
         swish(tf.constant([1.0]), tf.constant([1.0, 2.0]))
@@ -284,3 +284,39 @@ def test_masked_mean_bad_mask():
         masked_mean(x, tf.ones((1, 2, 3), tf.bool))
     with pytest.raises(TypeError, match=r"^x: expected a floating-point tensor"):
         masked_mean(tf.zeros((2, 3), tf.int32), tf.ones((2, 3), tf.bool))
+
+
+class _LearnableSwish(keras.layers.Layer):
+    """Chapter 2's exercise: swish with a trainable beta created by ``add_weight``."""
+
+    def build(self, input_shape):
+        self.beta = self.add_weight(shape=(), initializer="ones", name="beta")
+
+    def call(self, inputs):
+        return swish(inputs, self.beta)
+
+
+def test_swish_accepts_a_keras_weight_as_beta_and_trains_it_in_fit():
+    layer = _LearnableSwish()
+    layer.build((None, 1))
+    assert isinstance(layer.beta, keras.Variable) and not isinstance(layer.beta, tf.Variable)
+    x = np.linspace(-3, 3, 64, dtype="float32")[:, None]
+    np.testing.assert_allclose(layer(x), tf.nn.silu(x), rtol=1e-6)
+    model = keras.Sequential([keras.Input((1,)), layer])
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    model.fit(x, np.maximum(x, 0.0), epochs=3, batch_size=16, verbose=0)  # ReLU target: beta grows
+    assert float(layer.beta.numpy()) > 1.05
+
+
+def test_swish_with_a_keras_weight_inside_tf_function_has_a_gradient():
+    beta = keras.Variable(2.0, name="beta")
+    x = tf.constant([-1.0, 0.5, 2.0])
+
+    @tf.function
+    def gradient():
+        with tf.GradientTape() as tape:
+            y = tf.reduce_sum(swish(x, beta))
+        return tape.gradient(y, beta.value)
+
+    s = 1 / (1 + np.exp(-2.0 * x.numpy()))
+    np.testing.assert_allclose(float(gradient()), np.sum(x.numpy() ** 2 * s * (1 - s)), rtol=1e-5)

@@ -24,7 +24,8 @@ BOOK = ROOT / "book"
 DOCS = [ROOT / "README.md", BOOK / "intro.md"]
 GITHUB_URL = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+")
 COLAB_PATH = re.compile(r"(colab\.research\.google\.com/github/)[\w.-]+/[\w.-]+")
-SETUP_TAGS = ["nbval-ignore-output"]
+#: hide-input: the HTML page shows the cell collapsed (its output, the versions, stays visible).
+SETUP_TAGS = ["hide-input", "nbval-ignore-output"]
 SETUP_CELL = '''\
 # Setup, the same in every chapter (in Colab it installs the companion first).
 import importlib.util

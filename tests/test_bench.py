@@ -1,0 +1,59 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from companion.bench import Timing, fetch, time_call
+
+
+def test_a_known_sleep_is_measured_within_tolerance():
+    timing = time_call(time.sleep, 0.02, repeats=5, warmup=0)
+    assert 0.02 <= timing.median < 0.05 and timing.best <= timing.median
+    assert isinstance(timing, Timing) and timing.repeats == 5 and timing.number == 1
+    assert timing.median_ms == pytest.approx(timing.median * 1e3)
+
+
+def test_number_divides_the_repeat_time_and_warmup_is_not_timed():
+    calls = []
+
+    def slow_first_call():
+        calls.append(None)
+        time.sleep(0.2 if len(calls) == 1 else 0.002)
+
+    timing = time_call(slow_first_call, repeats=3, number=4, warmup=1)
+    assert len(calls) == 1 + 3 * 4
+    assert 0.002 <= timing.median < 0.02  # the 0.2 s first call was the warm-up
+
+
+def test_results_are_fetched_to_the_host():
+    fetched = fetch({"a": tf.constant([1.0, 2.0]), "b": [tf.constant(3), "text"]})
+    assert isinstance(fetched["a"], np.ndarray) and fetched["b"][0] == 3 and fetched["b"][1] == "text"
+
+
+def test_device_argument_places_the_ops():
+    placed = []
+    time_call(lambda: placed.append(tf.ones(2).device), repeats=1, warmup=0, device="/CPU:0")
+    assert placed and placed[0].endswith("CPU:0")
+    assert time_call(lambda: None, repeats=2, device="/CPU:0").device == "/CPU:0"
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"repeats": 0}, ValueError, "^repeats: expected an int >= 1"),
+        ({"number": 1.5}, TypeError, "^number: expected an int >= 1"),
+        ({"warmup": -1}, ValueError, "^warmup: expected an int >= 0"),
+        ({"device": "/TPU:7"}, ValueError, "^device: expected one of the devices"),
+        ({"device": 0}, TypeError, "^device: expected a device string"),
+    ],
+)
+def test_bad_input_is_rejected_naming_the_argument(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        time_call(lambda: None, **kwargs)
+    with pytest.raises(TypeError, match="^fn: expected a callable"):
+        time_call("not callable")

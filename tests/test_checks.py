@@ -1,0 +1,86 @@
+"""One set of argument checks for the whole companion: same rules, same message form everywhere."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import math
+
+import numpy as np
+import pytest
+
+from companion._checks import check_bool, check_int, check_real
+from companion.data import class_name, make_shapes
+from companion.gradients import clipped_identity, gradient_error
+from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock
+from companion.notebook import setup
+from companion.ops import logsumexp, swish
+from companion.pyfunc import GaussianBlur, gaussian_kernel
+
+
+@pytest.mark.parametrize("value", [3, np.int64(3), np.int32(3), np.uint8(3)])
+def test_check_int_accepts_python_and_numpy_integers(value):
+    assert check_int(value, "n", minimum=1) == 3 and type(check_int(value, "n")) is int
+
+
+@pytest.mark.parametrize("value", [2.0, 2.7, True, np.bool_(True), "2", None, np.float64(2.0)])
+def test_check_int_rejects_non_integers_with_the_common_message(value):
+    with pytest.raises(TypeError, match=rf"^n: expected an int >= 1, got {type(value).__name__} "):
+        check_int(value, "n", minimum=1)
+
+
+def test_check_int_range_message_names_argument_bounds_and_value():
+    with pytest.raises(ValueError, match=r"^label: expected an int >= 0 and <= 5, got int 6$"):
+        check_int(6, "label", minimum=0, maximum=5)
+    assert check_int(None, "seed", allow_none=True) is None
+
+
+@pytest.mark.parametrize("value", [math.nan, np.float32("nan"), math.inf, -1.0])
+def test_check_real_rejects_nan_inf_and_out_of_range(value):
+    with pytest.raises(ValueError, match=r"^stddev: expected a finite number >= 0, got "):
+        check_real(value, "stddev", minimum=0)
+
+
+def test_check_real_accepts_numpy_scalars_and_rejects_bools():
+    assert check_real(np.float32(0.5), "x") == 0.5 and check_real(np.int64(2), "x", above=0) == 2.0
+    with pytest.raises(TypeError, match=r"^x: expected a finite number, got bool True$"):
+        check_real(True, "x")
+    with pytest.raises(ValueError, match=r"^x: expected a finite number > 0, got float 0.0$"):
+        check_real(0.0, "x", above=0)
+    assert check_bool(np.bool_(False), "flag") is False
+
+
+# --- the public functions agree (each case below disagreed across modules before) ----------------
+
+
+def test_numpy_integers_are_accepted_everywhere_an_int_is():
+    n = np.int64(4)
+    assert make_shapes(n, image_size=np.int64(16), meta_dim=np.int64(2))[1].shape == (4,)
+    assert CustomDense(n).units == 4 and ResidualBlock(n, hidden_units=np.int32(2)).hidden_units == 2
+    assert gaussian_kernel(np.int64(5)).shape == (5,) and GaussianBlur(np.int64(3)).ksize == 3
+    assert AdditiveGaussianNoise(0.1, seed=np.int64(1)).seed == 1
+    assert setup(np.int64(3), verbose=False)["seed"] == 3
+    assert class_name(np.int64(5)) == "triangle/+"
+    assert logsumexp(np.ones((2, 3), "float32"), axis=np.int64(1)).shape == (2,)
+
+
+@pytest.mark.parametrize("label", [2.7, 2.0, True, "1"])
+def test_class_name_rejects_non_integer_labels(label):
+    with pytest.raises(TypeError, match=r"^label: expected an int >= 0 and <= 5"):
+        class_name(label)
+
+
+@pytest.mark.parametrize(
+    "make, argument",
+    [
+        (lambda: AdditiveGaussianNoise(math.nan), "stddev"),
+        (lambda: AdditiveGaussianNoise(math.inf), "stddev"),
+        (lambda: swish(np.ones(2, "float32"), math.inf), "beta"),
+        (lambda: clipped_identity(np.ones(2, "float32"), clip_min=math.nan), "clip_min"),
+        (lambda: gaussian_kernel(5, sigma=math.nan), "sigma"),
+        (lambda: gradient_error(np.sin, np.ones(2), delta=math.nan), "delta"),
+    ],
+)
+def test_nan_and_inf_parameters_are_rejected_naming_the_argument(make, argument):
+    with pytest.raises(ValueError, match=rf"^{argument}: expected a finite number"):
+        make()
