@@ -36,8 +36,9 @@ $(INSTALLED): requirements.txt pyproject.toml
 
 venv: $(INSTALLED)
 
+# The API page imports the companion (and TensorFlow): keep TF's C++ start-up lines out of the log.
 book: $(INSTALLED)
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/jupyter-book build . -W -n --keep-going
 
 # The book is built first: tests/test_pages.py checks the built pages (Colab links, outputs).
 # One pytest run: unit tests, the docstring examples of the companion, every notebook, the pages.

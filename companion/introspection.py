@@ -126,10 +126,60 @@ def layer_edges(model: Any) -> list[tuple[str, str]]:
     return edges
 
 
+def _layered_layout(names: list[str], edges: list[tuple[str, str]]) -> tuple[dict, dict]:
+    """Columns by longest path from an input; rows ordered so that edges cross no box.
+
+    An edge that skips columns gets a waypoint in every column it passes (the layered
+    layout of Sugiyama et al.), so it is routed through a free row instead of through
+    another layer's box. Rows in a column are ordered by the mean row of their
+    predecessors, which keeps branches apart until they merge.
+
+    Returns:
+        ``(position, waypoints)``: ``{name: (column, row)}`` and ``{edge: [(column, row), ...]}``.
+    """
+    depth = dict.fromkeys(names, 0)
+    for _ in names:  # longest-path relaxation; the graph is acyclic and small
+        for source, target in edges:
+            depth[target] = max(depth[target], depth[source] + 1)
+    # Every item in a column: a layer name, or (edge, column) for an edge passing through.
+    columns: dict[int, list] = {}
+    for name in names:
+        columns.setdefault(depth[name], []).append(name)
+    predecessors: dict = {name: [source for source, target in edges if target == name] for name in names}
+    for edge in edges:
+        previous = edge[0]
+        for column in range(depth[edge[0]] + 1, depth[edge[1]]):
+            waypoint = (edge, column)
+            columns[column].append(waypoint)
+            predecessors[waypoint] = [previous]
+            previous = waypoint
+        if previous != edge[0]:
+            predecessors[edge[1]] = [previous if p == edge[0] else p for p in predecessors[edge[1]]]
+    row: dict = {}
+    for column in sorted(columns):
+        items = columns[column]
+        if column > 0:
+            order = {item: index for index, item in enumerate(items)}
+            items.sort(key=lambda item: (
+                sum(row[p] for p in predecessors[item]) / len(predecessors[item]) if predecessors[item] else 0,
+                order[item],
+            ))
+        for index, item in enumerate(items):
+            row[item] = index - (len(items) - 1) / 2
+    position = {name: (depth[name], -row[name]) for name in names}
+    waypoints = {
+        edge: [(column, -row[(edge, column)]) for column in range(depth[edge[0]] + 1, depth[edge[1]])]
+        for edge in edges
+    }
+    return position, waypoints
+
+
 def plot_layer_graph(model: Any, ax: Any = None) -> Any:
     """Draw a functional or Sequential model as boxes (layers) and arrows (tensors).
 
-    Layers are placed left to right by their depth (the longest path from an input).
+    Layers are placed left to right by their depth (the longest path from an input). An
+    arrow that skips columns is routed through a free row of each column it crosses, and
+    every arrow starts and ends at the edge of a box, so its head is always visible.
 
     Args:
         model: A model accepted by :func:`layer_edges`.
@@ -145,31 +195,32 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
 
     edges = layer_edges(model)
     names = list(dict.fromkeys([name for edge in edges for name in edge] + [l.name for l in model.layers]))
-    depth = dict.fromkeys(names, 0)
-    for _ in names:  # longest-path relaxation; the graph is acyclic and small
-        for source, target in edges:
-            depth[target] = max(depth[target], depth[source] + 1)
-    rows: dict[int, list[str]] = {}
-    for name in names:
-        rows.setdefault(depth[name], []).append(name)
-    position = {
-        name: (level, -(index - (len(row) - 1) / 2))
-        for level, row in rows.items()
-        for index, name in enumerate(row)
-    }
+    position, waypoints = _layered_layout(names, edges)
+    n_columns = 1 + max(column for column, _ in position.values())
+    all_rows = [r for _, r in position.values()] + [r for points in waypoints.values() for _, r in points]
+    spread = max(all_rows) - min(all_rows)
     if ax is None:
-        _, ax = plt.subplots(figsize=(2.0 * len(rows) + 1, 1.0 * max(map(len, rows.values())) + 1))
-    for source, target in edges:
-        ax.annotate("", xy=position[target], xytext=position[source],
-                    arrowprops=dict(arrowstyle="->", color="0.4", shrinkA=30, shrinkB=30))
+        _, ax = plt.subplots(figsize=(2.3 * n_columns + 0.5, 1.1 * spread + 1.6))
+    ax.set_xlim(-0.6, n_columns - 0.4)
+    ax.set_ylim(min(all_rows) - 0.6, max(all_rows) + 0.6)
     kinds = {layer.name: type(layer).__name__ for layer in model.layers}
-    for name, (x, y) in position.items():
-        label = f"{name}\n({kinds.get(name, 'Input')})"
-        ax.text(x, y, label, ha="center", va="center", fontsize=10,
-                bbox=dict(boxstyle="round", facecolor="#e8f0fe", edgecolor="#4a6fa5"))
-    ax.set_xlim(-0.6, len(rows) - 0.4)
-    spread = max(map(len, rows.values()))
-    ax.set_ylim(-spread / 2 - 0.2, spread / 2 + 0.2)
+    boxes = {
+        name: ax.text(x, y, f"{name}\n({kinds.get(name, 'Input')})", ha="center", va="center", fontsize=9,
+                      zorder=3, bbox=dict(boxstyle="round", facecolor="#e8f0fe", edgecolor="#4a6fa5"))
+        for name, (x, y) in position.items()
+    }
+    ax.figure.canvas.draw()  # lays out the boxes, so that arrows can end at their edges
+    to_data = ax.transData.inverted()
+    extent = {name: to_data.transform(text.get_bbox_patch().get_window_extent()) for name, text in boxes.items()}
+    for source, target in edges:
+        (_, _), (source_right, _) = extent[source]
+        (target_left, _), (_, _) = extent[target]
+        points = [(source_right, position[source][1]), *waypoints[(source, target)]]
+        xs, ys = zip(*points)
+        ax.plot(xs, ys, color="0.35", linewidth=1.2, zorder=1)
+        ax.annotate("", xy=(target_left, position[target][1]), xytext=points[-1], zorder=2,
+                    arrowprops=dict(arrowstyle="-|>", mutation_scale=14, color="0.35", linewidth=1.2,
+                                    shrinkA=0, shrinkB=1))
     ax.set_axis_off()
     ax.set_title(f"{model.name}: {len(names)} layers, {len(edges)} connections")
     return ax

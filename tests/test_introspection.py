@@ -79,3 +79,47 @@ def test_layer_edges_rejects_subclassed_models():
 
     with pytest.raises(TypeError, match="subclassed"):
         layer_edges(Tiny())
+
+
+def _two_branch_model():
+    image, meta = keras.Input((8, 8, 3), name="image"), keras.Input((4,), name="meta")
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(keras.layers.Conv2D(2, 3, name="conv")(image))
+    m = keras.layers.Dense(2, name="meta_dense")(meta)
+    out = keras.layers.Dense(3, name="logits")(keras.layers.Concatenate(name="concat")([x, m]))
+    return keras.Model([image, meta], out)
+
+
+def _segment_hits_box(p, q, box, samples=200):
+    (x0, y0), (x1, y1) = box
+    for t in [i / samples for i in range(1, samples)]:
+        x, y = p[0] + t * (q[0] - p[0]), p[1] + t * (q[1] - p[1])
+        if x0 < x < x1 and y0 < y < y1:
+            return True
+    return False
+
+
+def test_layer_graph_edges_never_cross_another_layers_box_and_end_at_box_edges():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from companion.introspection import plot_layer_graph
+
+    model = _two_branch_model()  # meta_dense -> concat skips the column of pool
+    ax = plot_layer_graph(model)
+    to_data = ax.transData.inverted()
+    boxes = {t.get_text().split("\n")[0]: to_data.transform(t.get_bbox_patch().get_window_extent())
+             for t in ax.texts if not isinstance(t, matplotlib.text.Annotation)}
+    arrows = [a for a in ax.texts if isinstance(a, matplotlib.text.Annotation)]
+    assert len(arrows) == len(layer_edges(model))
+    segments = [list(line.get_xydata()) for line in ax.lines]
+    segments += [[a.xyann, a.xy] for a in arrows]
+    for points in segments:
+        for p, q in zip(points, points[1:]):
+            touching = [name for name, box in boxes.items() if _segment_hits_box(p, q, box)]
+            assert not touching, f"segment {p} -> {q} crosses the box of {touching}"
+    for arrow in arrows:  # each arrowhead ends on the left edge of a box, not inside it
+        assert any(abs(arrow.xy[0] - box[0][0]) < 1e-6 and box[0][1] <= arrow.xy[1] <= box[1][1]
+                   for box in boxes.values())
+    plt.close(ax.figure)
