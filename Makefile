@@ -64,12 +64,14 @@ $(COLAB_INSTALLED): $(COLAB_STACK) pyproject.toml
 
 # The installed companion is refreshed from this tree on every run (same version number, so
 # --force-reinstall; --no-deps, its dependencies were resolved above). `pytest` (the script, not
-# `python -m pytest`) with importlib imports keeps this tree off sys.path: tests and notebooks
-# import the installed package, as in Colab.
+# `python -m pytest`) with importlib imports keeps this tree off sys.path, and `--pyargs companion`
+# takes the docstring examples from the installed package: tests, doctests and notebooks (whose
+# kernels start in book/) all use the installed package, as in Colab.
 test-colab: $(COLAB_INSTALLED)
 	$(COLAB_BIN)/python -m pip install -q --no-deps --force-reinstall .
 	$(COLAB_BIN)/python tools/check_stack.py $(COLAB_STACK)
-	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) $(UNIT_TESTS) companion book
+	cd book && ../$(COLAB_BIN)/python -c "import companion; assert 'site-packages' in companion.__file__, companion.__file__"
+	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) $(UNIT_TESTS) book --pyargs companion
 
 check-template: $(INSTALLED)
 	$(BIN)/python tools/notebook_template.py check
@@ -79,7 +81,8 @@ stamp: $(INSTALLED)
 
 # PYTEST_CURRENT_TEST makes ipykernel leave TF's C++ log lines out of the stored outputs,
 # exactly as under nbval (see book/intro.md, "Refreshing outputs").
-execute: $(INSTALLED) stamp
+execute: $(INSTALLED)
+	$(BIN)/python tools/notebook_template.py stamp $(NB)
 	for nb in $(or $(NB),$(NOTEBOOKS)); do \
 	  echo "executing $$nb"; \
 	  PYTEST_CURRENT_TEST=1 $(BIN)/jupyter-execute --inplace --timeout=600 $$nb || exit 1; \

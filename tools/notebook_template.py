@@ -1,7 +1,8 @@
-"""The setup cell that opens every chapter, kept in one place and stamped into notebooks.
+"""The setup cell that opens every chapter, kept in one place and stamped into notebooks
+(with the toggle labels of the exercise solutions, "Show the solution to exercise N").
 
     python tools/notebook_template.py check            # exit 1 if any notebook's setup cell is stale
-    python tools/notebook_template.py stamp            # rewrite the setup cell of every notebook
+    python tools/notebook_template.py stamp [NB...]    # rewrite the setup cell of every (or these) notebook(s)
     python tools/notebook_template.py new book/NN_name.ipynb "Title"   # start a new chapter
 
 The repository URL comes from ``_config.yml`` (``repository.url``): change that one line,
@@ -45,6 +46,25 @@ except ModuleNotFoundError as error:
 info = setup()'''
 
 
+#: The first line of an exercise's solution cell; the HTML toggle then says which exercise it solves.
+SOLUTION = re.compile(r"# Solution to exercise (\d+)")
+
+
+def solution_prompts(cell: nbformat.NotebookNode) -> dict[str, str] | None:
+    """The toggle labels of a solution cell in the HTML (myst-nb cell metadata), or None."""
+    match = SOLUTION.match(cell.source) if cell.cell_type == "code" else None
+    if match is None:
+        return None
+    number = match.group(1)
+    return {"code_prompt_show": f"Show the solution to exercise {number}",
+            "code_prompt_hide": f"Hide the solution to exercise {number}"}
+
+
+def stale_solution_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [c for c in notebook.cells
+            if (prompts := solution_prompts(c)) and c.metadata.get("mystnb") != prompts]
+
+
 def repository_url() -> str:
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     return config["repository"]["url"]
@@ -71,6 +91,8 @@ def problem(path: Path) -> str | None:
         return "first code cell differs from the setup template"
     if set(SETUP_TAGS) - set(cell.metadata.get("tags", [])):
         return f"setup cell lacks the tags {SETUP_TAGS}"
+    if stale_solution_cells(nbformat.read(path, as_version=4)):
+        return "a solution cell lacks its 'Show the solution to exercise N' toggle label"
     return None
 
 
@@ -81,10 +103,13 @@ def stamp(path: Path) -> bool:
     if cell is None:
         raise ValueError(f"{path}: expected a notebook with a setup code cell, found no code cell")
     tags = cell.metadata.get("tags", [])
-    if cell.source == setup_source() and set(SETUP_TAGS) <= set(tags):
+    solutions = stale_solution_cells(notebook)
+    if cell.source == setup_source() and set(SETUP_TAGS) <= set(tags) and not solutions:
         return False
     cell.source = setup_source()
     cell.metadata["tags"] = sorted(set(tags) | set(SETUP_TAGS))
+    for solution in solutions:
+        solution.metadata["mystnb"] = solution_prompts(solution)
     nbformat.write(notebook, path)
     return True
 
@@ -127,8 +152,9 @@ def main(argv: list[str]) -> int:
         if problems:
             print("run `make stamp` to update them", file=sys.stderr)
         return 1 if problems else 0
-    if command == "stamp":
-        changed = [p.name for p in chapter_notebooks() if stamp(p)]
+    if command == "stamp":  # `stamp NB...` stamps only those notebooks (make execute NB=...)
+        notebooks = [Path(arg).resolve() for arg in argv[1:]] or chapter_notebooks()
+        changed = [p.name for p in notebooks if stamp(p)]
         for doc in stale_docs():
             doc.write_text(stamped_doc(doc.read_text(encoding="utf-8")), encoding="utf-8")
             changed.append(doc.name)
