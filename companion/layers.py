@@ -15,7 +15,7 @@ from keras import ops
 
 from companion._checks import check_int, check_real
 
-__all__ = ["AdditiveGaussianNoise", "CustomDense", "ResidualBlock"]
+__all__ = ["AdditiveGaussianNoise", "CustomDense", "ResidualBlock", "fresh_initializer"]
 
 
 def _get_activation(activation: Any, argname: str = "activation") -> Any:
@@ -27,6 +27,60 @@ def _get_activation(activation: Any, argname: str = "activation") -> Any:
             f"{argname}: expected None, a callable or a Keras activation name such as 'relu', "
             f"got {activation!r}"
         ) from error
+
+
+#: Spreads a seeded initializer's seed over a composite layer's sublayers (see ``fresh_initializer``).
+_SEED_STRIDE = 1_000_003
+
+
+def fresh_initializer(initializer: Any, index: int = 0) -> Any:
+    """A new initializer for sublayer number ``index`` of a composite layer, made from ``initializer``.
+
+    In Keras 3 an initializer instance fixes its seed when it is created (an unseeded one draws
+    a random seed then), so one instance shared by several same-shaped sublayers gives them
+    identical starting kernels. This returns an instance of its own for each sublayer:
+
+    - unseeded: a clone, which draws a new seed;
+    - seeded with an int: a clone seeded with ``(seed * 1_000_003 + index) % 2**31``, so the
+      sublayers differ from each other (and from a neighbouring block seeded ``seed + 1``), yet
+      a block built twice with the same seed starts from the same kernels;
+    - seeded with a ``keras.random.SeedGenerator``: the instance itself, since its generator
+      advances on every call (a clone would restart it and repeat the values);
+    - not a ``keras.initializers.Initializer`` (a plain function): returned as is, it has no seed.
+
+    Cloning uses the class's own ``get_config``/``from_config``, so unregistered initializer
+    classes work too.
+
+    Args:
+        initializer: What ``keras.initializers.get`` returned: an ``Initializer`` or a callable.
+        index: The sublayer's position in the composite layer (a non-negative int).
+
+    Returns:
+        The initializer to give that sublayer.
+
+    Raises:
+        TypeError: If ``index`` is not an int.
+        ValueError: If ``index`` is negative.
+
+    Example:
+        >>> import numpy as np
+        >>> shared = keras.initializers.GlorotUniform()
+        >>> bool(np.array_equal(shared((3, 3)), shared((3, 3))))        # same seed every call
+        True
+        >>> a, b = fresh_initializer(shared, 0), fresh_initializer(shared, 1)
+        >>> bool(np.array_equal(a((3, 3)), b((3, 3))))
+        False
+    """
+    index = check_int(index, "index", minimum=0)
+    if not isinstance(initializer, keras.initializers.Initializer):
+        return initializer
+    seed = getattr(initializer, "seed", None)
+    if isinstance(seed, keras.random.SeedGenerator):
+        return initializer
+    config = initializer.get_config()
+    if isinstance(config.get("seed"), int) and not isinstance(config["seed"], bool):
+        config["seed"] = (config["seed"] * _SEED_STRIDE + index) % 2**31
+    return type(initializer).from_config(config)
 
 
 @keras.saving.register_keras_serializable(package="companion")
@@ -196,8 +250,9 @@ class ResidualBlock(keras.layers.Layer):
         units: Output width (a positive int).
         hidden_units: Width of the inner layer; defaults to ``units``.
         activation: Activation between the two dense layers (name, callable or None).
-        kernel_initializer: Initializer for the kernels; each sublayer gets its own instance
-            (made from this one's config), so their starting kernels differ.
+        kernel_initializer: Initializer for the kernels. Each sublayer gets its own instance
+            (``fresh_initializer``), so their starting kernels differ, also when the
+            initializer is seeded.
         kernel_regularizer: Optional regularizer for all kernels.
         **kwargs: Base-layer arguments (``name``, ``dtype``, ...).
 
@@ -229,20 +284,15 @@ class ResidualBlock(keras.layers.Layer):
         self.activation = _get_activation(activation)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.hidden = CustomDense(self.hidden_units, activation=self.activation, name="hidden", **self._dense_args())
-        self.output_dense = CustomDense(self.units, name="output", **self._dense_args())
+        self.hidden = CustomDense(self.hidden_units, activation=self.activation, name="hidden", **self._dense_args(0))
+        self.output_dense = CustomDense(self.units, name="output", **self._dense_args(1))
         self.projection: CustomDense | None = None
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
-    def _dense_args(self) -> dict[str, Any]:
-        """Initializer and regularizer arguments for one sublayer, each a new object from the config.
-
-        In Keras 3 an initializer instance without a seed draws its seed once, when it is
-        created: one instance shared by several sublayers would give them identical starting
-        kernels. Each sublayer therefore gets its own instance.
-        """
+    def _dense_args(self, index: int) -> dict[str, Any]:
+        """Initializer and regularizer arguments for sublayer number ``index`` (its own initializer)."""
         return dict(
-            kernel_initializer=keras.initializers.get(keras.initializers.serialize(self.kernel_initializer)),
+            kernel_initializer=fresh_initializer(self.kernel_initializer, index),
             kernel_regularizer=self.kernel_regularizer,
         )
 
@@ -251,7 +301,7 @@ class ResidualBlock(keras.layers.Layer):
         self.hidden.build(input_shape)
         self.output_dense.build(input_shape[:-1] + (self.hidden_units,))
         if input_shape[-1] != self.units:
-            self.projection = CustomDense(self.units, use_bias=False, name="projection", **self._dense_args())
+            self.projection = CustomDense(self.units, use_bias=False, name="projection", **self._dense_args(2))
             self.projection.build(input_shape)
 
     def call(self, inputs: Any) -> Any:

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock
+from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock, fresh_initializer
 
 
 def _inputs(shape=(5, 4), seed=0):
@@ -181,6 +181,71 @@ def test_residual_block_sublayers_start_from_different_kernels(initializer):
     other = ResidualBlock(8, hidden_units=8, kernel_initializer=initializer)
     other.build((None, 4))
     assert not np.array_equal(np.asarray(other.hidden.kernel), kernels[0])
+
+
+def _block_kernels(**kwargs):
+    block = ResidualBlock(8, hidden_units=8, **kwargs)
+    block.build((None, 8))  # hidden (8, 8), output (8, 8): same shapes, no projection
+    return [np.asarray(block.hidden.kernel), np.asarray(block.output_dense.kernel)]
+
+
+def test_residual_block_with_a_seeded_initializer_differs_per_sublayer_and_repeats():
+    """A clone keeps an int seed: the sublayers need seeds of their own, derived from it."""
+    hidden, output = _block_kernels(kernel_initializer=keras.initializers.GlorotUniform(seed=3))
+    assert not np.array_equal(hidden, output)
+    again = _block_kernels(kernel_initializer=keras.initializers.GlorotUniform(seed=3))
+    np.testing.assert_array_equal(again[0], hidden)  # same seed, same block: reproducible
+    np.testing.assert_array_equal(again[1], output)
+    neighbour = _block_kernels(kernel_initializer=keras.initializers.GlorotUniform(seed=4))
+    for kernel in neighbour:  # the next block's seed must not replay this block's kernels
+        assert not any(np.array_equal(kernel, mine) for mine in (hidden, output))
+
+
+def test_residual_block_with_a_seed_generator_initializer_differs_per_sublayer():
+    """A clone would restart the generator and repeat its values; the shared generator advances."""
+    initializer = keras.initializers.GlorotUniform(seed=keras.random.SeedGenerator(5))
+    hidden, output = _block_kernels(kernel_initializer=initializer)
+    assert not np.array_equal(hidden, output)
+
+
+class _UnregisteredInit(keras.initializers.Initializer):
+    def __init__(self, stddev=0.1, seed=None):
+        self.stddev, self.seed = stddev, seed
+
+    def __call__(self, shape, dtype=None):
+        return keras.random.normal(shape, stddev=self.stddev, dtype=dtype, seed=self.seed)
+
+    def get_config(self):
+        return {"stddev": self.stddev, "seed": self.seed}
+
+
+def test_residual_block_accepts_unregistered_initializer_classes_and_functions():
+    hidden, output = _block_kernels(kernel_initializer=_UnregisteredInit(0.5, seed=1))
+    assert not np.array_equal(hidden, output)
+    assert 0.3 < hidden.std() < 0.7
+
+    def constant_init(shape, dtype=None):
+        return keras.ops.full(shape, 0.25, dtype=dtype)
+
+    for kernel in _block_kernels(kernel_initializer=constant_init):
+        np.testing.assert_array_equal(kernel, np.full((8, 8), 0.25, "float32"))
+
+
+def test_fresh_initializer_returns_own_instances_and_checks_index():
+    shared = keras.initializers.HeNormal()
+    first, second = fresh_initializer(shared, 0), fresh_initializer(shared, 1)
+    assert type(first) is type(second) is keras.initializers.HeNormal
+    assert first is not shared and second is not shared
+    assert not np.array_equal(np.asarray(first((4, 4))), np.asarray(second((4, 4))))
+    seeded = keras.initializers.RandomNormal(stddev=2.0, seed=7)
+    clone = fresh_initializer(seeded, 2)
+    assert clone.get_config()["stddev"] == 2.0 and clone.get_config()["seed"] == (7 * 1_000_003 + 2) % 2**31
+    np.testing.assert_array_equal(fresh_initializer(seeded, 2)((3,)), clone((3,)))
+    assert fresh_initializer(keras.initializers.Zeros()).get_config() == {}
+    with pytest.raises(ValueError, match="index: expected an int >= 0"):
+        fresh_initializer(shared, -1)
+    with pytest.raises(TypeError, match="index: expected an int >= 0"):
+        fresh_initializer(shared, 1.0)
 
 
 # ---------------------------------------------------------------- serialization
