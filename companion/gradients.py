@@ -88,7 +88,10 @@ def clipped_identity(x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: fl
     gradient unchanged where ``clip_min <= x <= clip_max`` and ``leak * upstream`` outside.
     At exactly a bound the gradient is the upstream one (factor 1), as for
     ``tf.clip_by_value``, so ``leak=0`` reproduces the built-in's gradient everywhere. The
-    bounds get no gradient. Works eagerly and inside ``tf.function``.
+    bounds are constants of the op: a ``tf.Variable`` or Keras weight as a bound is read
+    once, outside the custom-gradient op, and gets no gradient (``None`` whenever ``x`` is
+    on the tape, as in any model); chapter 5 shows how to give a variable bound a gradient.
+    Works eagerly and inside ``tf.function``.
 
     Args:
         x: Floating-point tensor (or array, or nested list of floats).
@@ -115,8 +118,11 @@ def clipped_identity(x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: fl
     """
     _check_clip_args(clip_min, clip_max, leak)
     x = float_tensor(x, "x")
-    low = tf.cast(clip_min, x.dtype)
-    high = tf.cast(clip_max, x.dtype)
+    # Read the bounds here, outside the custom-gradient op: a variable read inside it would
+    # make TensorFlow demand a ``variables`` keyword in ``grad``. ``dtype_hint`` keeps a
+    # Python float at x's precision (plain ``tf.cast(0.1, tf.float64)`` goes via float32).
+    low = tf.cast(tf.convert_to_tensor(clip_min, dtype_hint=x.dtype), x.dtype)
+    high = tf.cast(tf.convert_to_tensor(clip_max, dtype_hint=x.dtype), x.dtype)
 
     @tf.custom_gradient
     def _clip(x: tf.Tensor) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:

@@ -113,6 +113,41 @@ def test_clipped_identity_rejects_integer_input():
         clipped_identity(tf.constant([1, 2, 3]))
 
 
+def test_clipped_identity_keeps_python_float_bounds_at_float64_precision():
+    # tf.cast(0.1, tf.float64) would go through float32 and clip to 0.10000000149...
+    y = clipped_identity(np.array([0.5, -0.5]), -0.3, 0.1).numpy()
+    assert y.tolist() == [0.1, -0.3]
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf.function"])
+@pytest.mark.parametrize(
+    "make_bound",
+    [
+        lambda: tf.Variable(0.5, dtype=tf.float64),  # same dtype as x: once read inside the op
+        lambda: tf.Variable(0.5, dtype=tf.float32),  # cast needed
+        lambda: keras.Variable(0.5, dtype="float64"),  # a Keras weight
+    ],
+    ids=["tf-float64", "tf-float32", "keras"],
+)
+def test_clipped_identity_reads_variable_bounds_as_constants(graph, make_bound):
+    # A variable bound used to be read inside the custom-gradient op when its dtype matched
+    # x's, and TensorFlow then refused grad without a `variables` keyword (TypeError).
+    bound = make_bound()
+    x = tf.constant([-0.5, 0.25, 2.0], tf.float64)
+
+    def fn(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = clipped_identity(x, -1.0, bound, leak=0.1)
+        dx, dbound = tape.gradient(y, [x, bound])
+        return y, dx, dbound
+
+    y, dx, dbound = (tf.function(fn) if graph else fn)(x)
+    np.testing.assert_array_equal(y.numpy(), [-0.5, 0.25, 0.5])
+    np.testing.assert_array_equal(dx.numpy(), [1.0, 1.0, 0.1])
+    assert dbound is None  # documented: the bounds are constants of the op
+
+
 # --- ClippedIdentity layer --------------------------------------------------------------
 
 
