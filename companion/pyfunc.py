@@ -1,11 +1,14 @@
-"""Gaussian blur three ways: OpenCV, OpenCV behind ``tf.py_function``, and pure TensorFlow.
+"""Gaussian blur four ways: OpenCV, OpenCV behind ``tf.py_function`` or ``tf.numpy_function``,
+and pure TensorFlow.
 
-Chapter 3 uses the three to show what ``tf.py_function`` costs. ``cv2_blur`` is the Python
-function; ``py_function_blur`` runs it inside a TensorFlow graph (and restores the static
-shape that ``tf.py_function`` loses); ``native_blur`` and the ``GaussianBlur`` layer compute
-the same numbers with TensorFlow ops only, so they can be saved, served from a fresh process
-and converted to TFLite. All three use OpenCV's kernel rule (``gaussian_kernel``) and its
-default border, ``BORDER_REFLECT_101`` (= ``tf.pad(mode="REFLECT")``).
+Chapter 3 uses them to show what wrapping Python costs. ``cv2_blur`` is the Python function;
+``py_function_blur`` and ``numpy_function_blur`` run it inside a TensorFlow graph (the first
+hands it an ``EagerTensor``, the second a NumPy array) and restore the static shape that both
+wrappers lose, with ``tf.ensure_shape`` (checked at run time, kept in exported graphs);
+``native_blur`` and the ``GaussianBlur`` layer compute the same numbers with TensorFlow ops
+only, so they are differentiable and can be saved, served from a fresh process and converted to
+TFLite. All use OpenCV's kernel rule (``gaussian_kernel``) and its default border,
+``BORDER_REFLECT_101`` (= ``tf.pad(mode="REFLECT")``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import tensorflow as tf
 from companion._checks import check_int, check_real, describe
 
 #: OpenCV's fixed kernels for ``sigma <= 0`` and small odd sizes (numerators; divide by sum).
-#: Sizes 3, 5 and 7 are binomial-like; OpenCV 5 adds 9. Other sizes use the Gaussian formula.
+#: Sizes 3, 5 and 7 are binomial-like, 9 a rounded Gaussian (OpenCV 4.12 and 5.0 both have it).
+#: Other sizes use the Gaussian formula.
 SMALL_KERNELS = {
     1: (1,),
     3: (1, 2, 1),
@@ -117,12 +121,28 @@ def cv2_blur(image: np.ndarray, ksize: int = 5, sigma: float = 0.0) -> np.ndarra
     return blurred.reshape(image.shape)  # OpenCV drops a trailing channel axis of size 1
 
 
+def _opencv_tensor(image: Any) -> tf.Tensor:
+    """``image`` as a tensor that ``cv2_blur`` can take: dtype and rank checked."""
+    image = tf.convert_to_tensor(image)
+    if image.dtype.as_numpy_dtype not in OPENCV_DTYPES:
+        raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype.name}")
+    if image.shape.rank not in (2, 3, 4):
+        raise ValueError(f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}")
+    return image
+
+
 def py_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
     """Run ``cv2_blur`` as a TensorFlow op with ``tf.py_function``; keep the static shape.
 
-    Works eagerly, in ``tf.data`` ``map`` and in ``tf.function``. The graph calls back into
-    this Python process, so a model using it cannot be served from another process or
-    converted to TFLite; use ``native_blur`` for that.
+    Works eagerly, in ``tf.data`` ``map`` and in ``tf.function``. The Python function
+    receives an ``EagerTensor`` and calls ``.numpy()`` on it. The output shape is declared
+    with ``tf.ensure_shape``, which is checked at run time and kept in exported graphs. The
+    graph calls back into this Python process, so a model using it cannot be served from
+    another process or converted to TFLite; use ``native_blur`` for that.
+
+    Not differentiable: OpenCV runs outside TensorFlow's gradient tape, so the gradient with
+    respect to ``image`` is ``None`` (the output passes through ``tf.stop_gradient``; a bare
+    ``tf.py_function`` around OpenCV would report a silent scalar zero instead).
 
     Args:
         image: Tensor or array ``(H, W)``, ``(H, W, C)`` or ``(N, H, W, C)``; dtype
@@ -143,16 +163,43 @@ def py_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tenso
         TensorShape([8, 8, 3])
     """
     ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
-    image = tf.convert_to_tensor(image)
-    if image.dtype.as_numpy_dtype not in OPENCV_DTYPES:
-        raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype.name}")
-    if image.shape.rank not in (2, 3, 4):
-        raise ValueError(f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}")
+    image = _opencv_tensor(image)
     blurred = tf.py_function(
         lambda x: cv2_blur(x.numpy(), ksize, sigma), inp=[image], Tout=image.dtype
     )
-    blurred.set_shape(image.shape)  # py_function's output shape is unknown
-    return blurred
+    return tf.ensure_shape(tf.stop_gradient(blurred), image.shape)  # the output shape is unknown
+
+
+def numpy_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
+    """Run ``cv2_blur`` as a TensorFlow op with ``tf.numpy_function``; keep the static shape.
+
+    Like ``py_function_blur``, but the Python function receives and returns NumPy arrays, so
+    ``cv2_blur`` is called as it is. ``tf.numpy_function`` has no gradient (the gradient with
+    respect to ``image`` is ``None``), which is no loss in a ``tf.data`` pipeline, where it
+    belongs. It is tied to this Python process in the same way as ``py_function_blur``.
+
+    Args:
+        image: Tensor or array ``(H, W)``, ``(H, W, C)`` or ``(N, H, W, C)``; dtype
+            ``uint8``, ``float32`` or ``float64``.
+        ksize: Kernel size, a positive odd int.
+        sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
+
+    Returns:
+        The blurred tensor, same dtype and (static) shape as ``image``.
+
+    Raises:
+        TypeError: If the dtype is not supported or ``ksize`` / ``sigma`` have the wrong type.
+        ValueError: If the rank is not 2, 3 or 4 or ``ksize`` / ``sigma`` are out of range.
+
+    Example:
+        >>> ds = tf.data.Dataset.from_tensor_slices(np.zeros((2, 8, 8, 3), np.float32))
+        >>> ds.map(numpy_function_blur).element_spec.shape
+        TensorShape([8, 8, 3])
+    """
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    image = _opencv_tensor(image)
+    blurred = tf.numpy_function(lambda x: cv2_blur(x, ksize, sigma), [image], image.dtype)
+    return tf.ensure_shape(blurred, image.shape)  # the output shape is unknown
 
 
 def _separable_blur(images: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
@@ -237,7 +284,7 @@ class GaussianBlur(keras.layers.Layer):
         **kwargs: Base layer arguments (``name``, ``dtype``, ...).
 
     Raises:
-        TypeError / ValueError: As ``native_blur``, at construction for ``ksize`` / ``sigma``
+        TypeError, ValueError: As ``native_blur``, at construction for ``ksize`` / ``sigma``
             and at call time for the images.
 
     Example:

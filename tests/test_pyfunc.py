@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from companion.pyfunc import GaussianBlur, cv2_blur, gaussian_kernel, native_blur, py_function_blur
+from companion.pyfunc import (
+    GaussianBlur,
+    cv2_blur,
+    gaussian_kernel,
+    native_blur,
+    numpy_function_blur,
+    py_function_blur,
+)
+
+WRAPPERS = [py_function_blur, numpy_function_blur]
 
 PAIRS = [(1, 0.0), (3, 0.0), (5, 0.0), (7, 0.0), (9, 0.0), (11, 0.0), (5, 1.1), (7, 0.5), (9, 3.0), (15, 2.5)]
 
@@ -76,17 +85,64 @@ def test_cv2_blur_matches_opencv_for_each_rank_and_uint8():
     np.testing.assert_array_equal(cv2_blur(as_uint8), cv2.GaussianBlur(as_uint8, (5, 5), 0))
 
 
-def test_py_function_blur_in_tf_data_keeps_shape_and_equals_opencv():
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_wrappers_in_tf_data_keep_shape_and_equal_opencv(wrapper):
     images = _images((4, 20, 18, 3))
-    dataset = tf.data.Dataset.from_tensor_slices(images).map(lambda x: py_function_blur(x, 7, 2.0))
+    dataset = tf.data.Dataset.from_tensor_slices(images).map(lambda x: wrapper(x, 7, 2.0))
     assert dataset.element_spec.shape == (20, 18, 3)
     got = np.stack([x.numpy() for x in dataset])
     np.testing.assert_array_equal(got, _opencv(images, 7, 2.0))
-    batched = py_function_blur(tf.constant(images))
+    batched = wrapper(tf.constant(images))
     assert batched.shape == images.shape
     np.testing.assert_array_equal(batched.numpy(), _opencv(images, 5, 0.0))
 
 
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_wrappers_keep_uint8_and_rank2(wrapper):
+    image = (_images((9, 11, 3)) * 255).astype(np.uint8)
+    got = wrapper(image)
+    assert got.dtype == tf.uint8
+    np.testing.assert_array_equal(got.numpy(), cv2.GaussianBlur(image, (5, 5), 0))
+    np.testing.assert_array_equal(wrapper(image[..., 0], 3).numpy(), cv2.GaussianBlur(image[..., 0], (3, 3), 0))
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_wrappers_declare_the_shape_with_a_run_time_check(wrapper):
+    # ensure_shape is an op in the graph (set_shape would leave none); unknown sizes stay unknown.
+    spec = tf.TensorSpec([None, None, 3], tf.float32)
+    concrete = tf.function(wrapper).get_concrete_function(spec)
+    assert "EnsureShape" in [op.type for op in concrete.graph.get_operations()]
+    assert concrete.output_shapes.as_list() == [None, None, 3]
+    image = _images((7, 9, 3))
+    np.testing.assert_array_equal(concrete(tf.constant(image)).numpy(), cv2.GaussianBlur(image, (5, 5), 0))
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("graph", [False, True])
+def test_wrappers_have_no_gradient(wrapper, graph):
+    # OpenCV is invisible to the tape. A bare py_function would give a scalar zero; we give None.
+    def gradient(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            total = tf.reduce_sum(wrapper(x))
+        return tape.gradient(total, x)
+
+    fn = tf.function(gradient) if graph else gradient
+    assert fn(tf.constant(_images((8, 8, 3)))) is None
+
+
+def test_bare_py_function_around_opencv_reports_a_scalar_zero_gradient():
+    # The TensorFlow behaviour py_function_blur guards against (chapter 3 shows it).
+    x = tf.constant(_images((8, 8, 3)))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.py_function(lambda a: cv2.GaussianBlur(a.numpy(), (5, 5), 0), [x], tf.float32)
+    gradient = tape.gradient(y, x)
+    assert gradient is not None and gradient.shape.rank == 0 and float(gradient) == 0.0
+
+
+# Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back as a list.
+@pytest.mark.filterwarnings("ignore:The structure of `inputs` doesn't match:UserWarning")
 def test_gaussian_blur_layer_matches_opencv_and_round_trips(tmp_path):
     images = _images((2, 16, 16, 3))
     inputs = keras.Input((16, 16, 3))
@@ -125,7 +181,7 @@ def test_gaussian_blur_layer_is_differentiable():
         ({"sigma": "1"}, TypeError, "sigma"),
     ],
 )
-@pytest.mark.parametrize("fn", [cv2_blur, py_function_blur, native_blur, gaussian_kernel])
+@pytest.mark.parametrize("fn", [cv2_blur, py_function_blur, numpy_function_blur, native_blur, gaussian_kernel])
 def test_bad_ksize_and_sigma(fn, kwargs, error, match):
     with pytest.raises(error, match=match):
         if fn is gaussian_kernel:
@@ -154,7 +210,10 @@ def test_bad_images():
         cv2_blur(tf.zeros((8, 8, 3)))
     with pytest.raises(TypeError, match="dtype uint8, float32 or float64, got float16"):
         cv2_blur(np.zeros((8, 8, 3), np.float16))
-    with pytest.raises(TypeError, match="got int32"):
-        py_function_blur(np.zeros((8, 8, 3), np.int32))
+    for wrapper in WRAPPERS:
+        with pytest.raises(TypeError, match="dtype uint8, float32 or float64, got int32"):
+            wrapper(np.zeros((8, 8, 3), np.int32))
+        with pytest.raises(ValueError, match="rank 2, 3 or 4"):
+            wrapper(np.zeros((8,), np.float32))
     with pytest.raises(ValueError, match="rank 2, 3 or 4"):
         cv2_blur(np.zeros((2, 2, 8, 8, 3), np.float32))
