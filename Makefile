@@ -17,13 +17,14 @@ COLAB_INSTALLED := $(COLAB_VENV)/.installed
 COLAB_TOOLS := pytest pytest-xdist nbval nbclient ipykernel nbformat pyyaml
 COLAB_PYTHON ?= $(shell tools/find_python.sh $(shell sed -n 's/^# python: *//p' $(COLAB_STACK)))
 
-.PHONY: help venv book test unit notebooks test-colab check-template stamp execute clean
+.PHONY: help venv book test unit notebooks test-colab bench check-template stamp execute clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
 	@echo "make test        unit tests + docstring examples + every notebook under nbval + strict book build"
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
 	@echo "make unit        unit tests and docstring examples only"
+	@echo "make bench       the headline benchmarks: a table, and _build/bench.json"
 	@echo "make execute     re-run every notebook in place, storing the outputs nbval sees (NB=... for one)"
 	@echo "make stamp       write the current setup cell into every notebook"
 
@@ -72,6 +73,10 @@ test-colab: $(COLAB_INSTALLED)
 	$(COLAB_BIN)/python tools/check_stack.py $(COLAB_STACK)
 	cd book && ../$(COLAB_BIN)/python -c "import companion; assert 'site-packages' in companion.__file__, companion.__file__"
 	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) $(UNIT_TESTS) book --pyargs companion
+
+# Speed ratios measured side by side in one run (never in the timed unit tests).
+bench: $(INSTALLED)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m companion.bench
 
 check-template: $(INSTALLED)
 	$(BIN)/python tools/notebook_template.py check

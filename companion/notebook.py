@@ -52,6 +52,43 @@ def enable_gpu_memory_growth() -> list[str]:
     return configured
 
 
+def split_cpu(devices: int = 2) -> list[str]:
+    """Split the CPU into ``devices`` logical devices, so ``tf.distribute`` has replicas on one machine.
+
+    ``tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])`` then runs two replicas in this
+    process: the same code that runs one replica per GPU, testable without GPUs. Call it once,
+    before TensorFlow runs its first op (right after ``setup()``, which runs none); calling it
+    again with the same number is harmless.
+
+    Args:
+        devices: Number of logical CPU devices (an int >= 1).
+
+    Returns:
+        The logical CPU device names, e.g. ``["/device:CPU:0", "/device:CPU:1"]``.
+
+    Raises:
+        TypeError: If ``devices`` is not an int.
+        ValueError: If ``devices < 1``.
+        RuntimeError: If TensorFlow has already started with another number of CPU devices
+            (restart the kernel and call it earlier).
+    """
+    devices = check_int(devices, "devices", minimum=1)
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if len(current or [None]) != devices:
+        try:
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+        except RuntimeError as error:
+            running = len(tf.config.list_logical_devices("CPU"))
+            raise RuntimeError(
+                f"devices: TensorFlow already runs with {running} CPU device(s) and cannot switch to "
+                f"{devices}; call split_cpu before the first TensorFlow op (restart the kernel)"
+            ) from error
+    return [device.name for device in tf.config.list_logical_devices("CPU")]
+
+
 def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
     """Seed Python, NumPy and TensorFlow, quiet TensorFlow's logs, describe the runtime.
 

@@ -127,3 +127,33 @@ def test_run_python_uses_a_fresh_interpreter_without_this_process_state(tmp_path
     assert run_python("import os; print(os.environ['EXTRA'])", env={"EXTRA": "yes"}).stdout == "yes\n"
     with pytest.raises(TypeError, match="^code: expected Python source"):
         run_python(["print(1)"])
+
+
+def test_split_cpu_gives_mirrored_strategy_two_replicas_in_a_fresh_process():
+    from companion.notebook import run_python
+
+    result = run_python(
+        "import tensorflow as tf\n"
+        "from companion.notebook import split_cpu\n"
+        "names = split_cpu(2)\n"
+        "assert split_cpu(2) == names  # a second call with the same number is harmless\n"
+        "strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])\n"
+        "print(len(names), strategy.num_replicas_in_sync)\n"
+        "try:\n"
+        "    split_cpu(3)\n"
+        "except RuntimeError as error:\n"
+        "    print(str(error).split(';')[0])\n"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    first, second = result.stdout.splitlines()[-2:]
+    assert first == "2 2"
+    assert second == "devices: TensorFlow already runs with 2 CPU device(s) and cannot switch to 3"
+
+
+def test_split_cpu_rejects_bad_counts():
+    from companion.notebook import split_cpu
+
+    with pytest.raises(ValueError, match="^devices: expected an int >= 1"):
+        split_cpu(0)
+    with pytest.raises(TypeError, match="^devices: expected an int >= 1"):
+        split_cpu(2.0)
