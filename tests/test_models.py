@@ -1,0 +1,240 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from companion.data import make_shapes
+from companion.layers import ResidualBlock
+from companion.models import (
+    MultiModalModel,
+    copy_weights,
+    functional_multimodal,
+    image_branch,
+    meta_branch,
+)
+from companion.notebook import run_python
+
+SHAPES = {"image": (None, 16, 16, 3), "meta": (None, 4)}
+
+
+@pytest.fixture(scope="module")
+def data():
+    (images, meta), labels = make_shapes(32, image_size=16, meta_dim=4, seed=3)
+    return {"image": images, "meta": meta}, labels
+
+
+def _pair(seed=0):
+    keras.utils.set_random_seed(seed)
+    functional = functional_multimodal((16, 16, 3), meta_dim=4, num_classes=6)
+    subclass = MultiModalModel(6)
+    subclass.build(SHAPES)
+    return functional, subclass
+
+
+def _closed_form_params(image_shape, meta_dim, num_classes, filters=(16, 32), image_units=32,
+                        meta_units=(16, 16), fused_units=64):
+    channels = image_shape[-1]
+    image = (9 * channels + 1) * filters[0] + (9 * filters[0] + 1) * filters[1] + (filters[1] + 1) * image_units
+    meta = (meta_dim + 1) * meta_units[0] + (meta_units[0] + 1) * meta_units[1]
+    width = image_units + meta_units[1]
+    fusion = (width + 1) * fused_units + (fused_units + 1) * fused_units
+    fusion += width * fused_units if width != fused_units else 0  # projection, no bias
+    return image + meta + fusion + (fused_units + 1) * num_classes
+
+
+# ---------------------------------------------------------------- same model, three APIs
+
+
+@pytest.mark.parametrize("fused_units", [64, 48])
+def test_functional_and_subclass_have_the_closed_form_parameter_count(fused_units):
+    functional = functional_multimodal((16, 16, 3), 4, 6, fused_units=fused_units)
+    subclass = MultiModalModel(6, fused_units=fused_units)
+    subclass.build(SHAPES)
+    expected = _closed_form_params((16, 16, 3), 4, 6, fused_units=fused_units)
+    assert functional.count_params() == subclass.count_params() == expected
+    assert (subclass.fusion.projection is None) == (fused_units == 48)
+
+
+def test_subclass_weights_exist_right_after_build_before_any_call():
+    model = MultiModalModel(6)
+    assert not model.weights
+    model.build(SHAPES)
+    assert model.built and len(model.weights) == 17
+    model.set_weights([np.zeros(w.shape, "float32") for w in model.weights])  # set_weights works
+
+
+def test_copying_weights_gives_identical_outputs_both_ways(data):
+    inputs, _ = data
+    functional, subclass = _pair()
+    assert copy_weights(functional, subclass) == ["image_branch", "meta_branch", "fusion", "classifier"]
+    np.testing.assert_array_equal(subclass(inputs), functional(inputs))
+    other = functional_multimodal((16, 16, 3), 4, 6)
+    copy_weights(subclass, other)
+    np.testing.assert_array_equal(other(inputs), functional(inputs))
+
+
+def test_outputs_are_probabilities_and_agree_with_an_independent_forward_pass(data):
+    inputs, _ = data
+    functional, _ = _pair()
+    probabilities = np.asarray(functional(inputs))
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+    # Rebuild the forward pass from the parts: branches, concatenation, residual block, softmax.
+    features = np.concatenate([functional.get_layer("image_branch")(inputs["image"]),
+                               functional.get_layer("meta_branch")(inputs["meta"])], axis=1)
+    block = functional.get_layer("fusion")
+    hidden = np.maximum(features @ block.hidden.kernel.numpy() + block.hidden.bias.numpy(), 0)
+    fused = hidden @ block.output_dense.kernel.numpy() + block.output_dense.bias.numpy()
+    fused += features @ block.projection.kernel.numpy()
+    kernel, bias = functional.get_layer("classifier").get_weights()
+    logits = fused @ kernel + bias
+    reference = np.exp(logits - logits.max(axis=1, keepdims=True))
+    reference /= reference.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(probabilities, reference, atol=1e-5)
+
+
+def test_inputs_as_dict_or_pair_and_under_tf_function(data):
+    inputs, _ = data
+    functional, subclass = _pair()
+    copy_weights(functional, subclass)
+    pair = [inputs["image"], inputs["meta"]]
+    expected = np.asarray(functional(inputs))
+    for model in (functional, subclass):
+        np.testing.assert_array_equal(model(pair), expected)
+        np.testing.assert_allclose(tf.function(model)(inputs), expected, atol=1e-6)
+
+
+def test_both_models_train_on_a_tf_data_dataset(data):
+    inputs, labels = data
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(8)
+    for model in _pair():
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy())
+        losses = model.fit(dataset, epochs=3, verbose=0).history["loss"]
+        assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def test_branches_are_sequential_with_named_layers():
+    branch = image_branch((16, 16, 3), filters=(4, 8), units=5)
+    assert isinstance(branch, keras.Sequential) and branch.output_shape == (None, 5)
+    assert [layer.name for layer in branch.layers] == ["conv_1", "pool", "conv_2", "global_pool", "image_features"]
+    meta = meta_branch(4, units=(6, 3))
+    assert isinstance(meta, keras.Sequential) and meta.output_shape == (None, 3)
+    assert meta.count_params() == (4 + 1) * 6 + (6 + 1) * 3
+    assert not image_branch(None).built and not meta_branch(None).built
+
+
+def test_functional_model_graph_and_intermediate_output(data):
+    inputs, _ = data
+    model = functional_multimodal((16, 16, 3), 4, 6)
+    assert [t.name for t in model.inputs] == ["image", "meta"]
+    assert isinstance(model.get_layer("fusion"), ResidualBlock)
+    features = keras.Model(model.inputs, model.get_layer("concatenate").output)(inputs)
+    assert tuple(features.shape) == (32, 48)
+
+
+# ---------------------------------------------------------------- saving
+
+
+def test_keras_round_trip_of_the_subclass_in_a_fresh_process(tmp_path, data):
+    inputs, _ = data
+    _, subclass = _pair(seed=5)
+    subclass.save(tmp_path / "model.keras")
+    np.savez(tmp_path / "probe.npz", expected=np.asarray(subclass(inputs)), **inputs)
+    child = run_python(f"""
+import numpy as np, keras
+import companion.models
+data = np.load({str(tmp_path / "probe.npz")!r})
+model = keras.models.load_model({str(tmp_path / "model.keras")!r})
+assert type(model) is companion.models.MultiModalModel, type(model)
+assert model.get_config()["fused_units"] == 64
+gap = np.abs(np.asarray(model({{"image": data["image"], "meta": data["meta"]}})) - data["expected"]).max()
+print("gap", float(gap))
+""")
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "gap 0.0"
+
+
+def test_keras_round_trip_keeps_config_in_process(tmp_path, data):
+    inputs, _ = data
+    model = MultiModalModel(3, filters=(4, 8), image_units=8, meta_units=(5, 6), fused_units=10, name="custom")
+    model.build(SHAPES)
+    model.save(tmp_path / "small.keras")
+    loaded = keras.models.load_model(tmp_path / "small.keras")
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_array_equal(loaded(inputs), model(inputs))
+
+
+def test_weights_only_need_the_same_arguments_and_a_built_model(tmp_path, data):
+    inputs, _ = data
+    _, subclass = _pair(seed=7)
+    subclass.save_weights(tmp_path / "w.weights.h5")
+    fresh = MultiModalModel(6)
+    with pytest.raises(ValueError, match="not yet been built"):
+        fresh.load_weights(tmp_path / "w.weights.h5")
+    fresh.build(SHAPES)
+    fresh.load_weights(tmp_path / "w.weights.h5")
+    np.testing.assert_array_equal(fresh(inputs), subclass(inputs))
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"image_shape": (16, 16)}, ValueError, r"image_shape: expected \(height, width, channels\)"),
+        ({"image_shape": (None, 16, 16, 3)}, ValueError, "image_shape: .*no batch axis"),
+        ({"image_shape": (4, 16, 3)}, ValueError, r"image_shape\[0\] \(height\): expected an int >= 8, got int 4"),
+        ({"image_shape": "16x16"}, TypeError, "image_shape: expected"),
+        ({"num_classes": 1}, ValueError, "num_classes: expected an int >= 2, got int 1"),
+        ({"num_classes": 2.0}, TypeError, "num_classes: expected an int >= 2, got float 2.0"),
+        ({"meta_dim": 0}, ValueError, "meta_dim: expected an int >= 1, got int 0"),
+        ({"filters": (8,)}, ValueError, "filters: expected a sequence of 2 positive ints"),
+        ({"fused_units": 0}, ValueError, "fused_units: expected an int >= 1"),
+    ],
+)
+def test_functional_multimodal_rejects_bad_arguments(kwargs, error, match):
+    arguments = {"image_shape": (16, 16, 3), "meta_dim": 4, "num_classes": 6, **kwargs}
+    with pytest.raises(error, match=match):
+        functional_multimodal(**arguments)
+
+
+def test_subclass_rejects_bad_arguments_and_shapes():
+    with pytest.raises(ValueError, match="num_classes: expected an int >= 2, got int 1"):
+        MultiModalModel(1)
+    with pytest.raises(ValueError, match="meta_units: expected a sequence of 2"):
+        MultiModalModel(6, meta_units=(4, 4, 4))
+    with pytest.raises(ValueError, match=r"input_shape \(image\): expected a shape of rank 4"):
+        MultiModalModel(6).build([(None, 16, 16), (None, 4)])
+    with pytest.raises(ValueError, match=r"input_shape \(meta\): expected a shape of rank 2"):
+        MultiModalModel(6).build([(None, 16, 16, 3), (None, 4, 1)])
+    with pytest.raises(ValueError, match="input_shape: expected a dict"):
+        MultiModalModel(6).build([(None, 16, 16, 3)])
+
+
+@pytest.mark.parametrize(
+    "make_inputs, match",
+    [
+        (lambda d: d["image"], "inputs: expected a dict .* got one EagerTensor of shape"),
+        (lambda d: [d["image"]], "inputs: expected a dict .* got a list of 1 items"),
+        (lambda d: {"img": d["image"], "meta": d["meta"]}, r"got a dict with keys \['img', 'meta'\]"),
+    ],
+)
+def test_subclass_call_rejects_inputs_in_the_wrong_structure(data, make_inputs, match):
+    inputs, _ = data
+    _, subclass = _pair()
+    with pytest.raises(ValueError, match=match):
+        subclass(make_inputs(inputs))
+
+
+def test_copy_weights_rejects_mismatched_models():
+    functional, _ = _pair()
+    narrower = MultiModalModel(6, fused_units=48)
+    narrower.build(SHAPES)
+    with pytest.raises(ValueError, match="target: expected a layer 'fusion' with weights of shapes"):
+        copy_weights(functional, narrower)
+    with pytest.raises(TypeError, match="target: expected a keras.Model, got Dense"):
+        copy_weights(functional, keras.layers.Dense(2))
