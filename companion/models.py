@@ -38,7 +38,7 @@ __all__ = [
     "meta_branch",
 ]
 
-#: The names of the two inputs, in order: the keys of a dict input and of ``model.input``.
+#: The names of the two inputs, in order (the keys of a dict input and of ``model.input``).
 INPUT_NAMES = ("image", "meta")
 #: Smallest image side the CNN accepts: conv 3x3, pool 2, conv 3x3 must leave >= 1 pixel.
 MIN_IMAGE_SIDE = 8
