@@ -57,3 +57,31 @@ def test_bad_input_is_rejected_naming_the_argument(kwargs, error, match):
         time_call(lambda: None, **kwargs)
     with pytest.raises(TypeError, match="^fn: expected a callable"):
         time_call("not callable")
+
+
+def test_main_prints_the_training_loop_ratio_and_writes_json(tmp_path, capsys):
+    import json
+
+    from companion.bench import main
+
+    output = tmp_path / "bench.json"
+    entries = main(["--output", str(output), "--repeats", "1", "--examples", "128", "--epochs", "2"])
+    printed = capsys.readouterr().out
+    assert "repeat 1/1, custom loop:" in printed and "repeat 1/1, model.fit:" in printed
+    assert "custom training loop / model.fit" in printed and f"written to {output}" in printed
+    written = json.loads(output.read_text())
+    assert written == entries and len(written) == 1
+    entry = written[0]
+    assert {"name", "ratio", "custom_median", "fit_median", "unit", "device", "versions"} <= set(entry)
+    assert entry["unit"] == "examples/s" and entry["custom_median"] > 0 and entry["fit_median"] > 0
+    assert entry["ratio"] == pytest.approx(entry["custom_median"] / entry["fit_median"])
+    assert entry["versions"]["tensorflow"] == tf.__version__
+
+
+def test_training_loop_vs_fit_rejects_bad_settings():
+    from companion.bench import training_loop_vs_fit
+
+    with pytest.raises(ValueError, match="^epochs: expected an int >= 2"):
+        training_loop_vs_fit(epochs=1)
+    with pytest.raises(ValueError, match="^examples: expected an int >= 64"):
+        training_loop_vs_fit(examples=10)

@@ -1,0 +1,314 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from companion.data import NUM_CLASSES, make_shapes
+from companion.training import NonFiniteError, fit, make_eval_step, make_train_step
+
+IMAGE, META = 16, 4
+
+
+def shapes_dataset(n, batch=32, seed=0):
+    (images, meta), labels = make_shapes(n, image_size=IMAGE, meta_dim=META, seed=seed)
+    return tf.data.Dataset.from_tensor_slices(((images, meta), labels)).batch(batch)
+
+
+def small_model(seed=1, regularizer=None):
+    """A small two-input classifier (softmax output), fast to trace and train."""
+    keras.utils.set_random_seed(seed)
+    image, meta = keras.Input((IMAGE, IMAGE, 3), name="image"), keras.Input((META,), name="meta")
+    a = keras.layers.Conv2D(8, 3, strides=2, activation="relu", name="conv")(image)
+    a = keras.layers.GlobalAveragePooling2D()(a)
+    b = keras.layers.Dense(16, activation="relu", name="meta_dense", kernel_regularizer=regularizer)(meta)
+    joined = keras.layers.Dense(32, activation="relu", name="joined")(keras.layers.Concatenate()([a, b]))
+    return keras.Model([image, meta], keras.layers.Dense(NUM_CLASSES, activation="softmax", name="head")(joined))
+
+
+def max_difference(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a.get_weights(), b.get_weights()))
+
+
+def crossentropy(**kwargs):
+    return keras.losses.SparseCategoricalCrossentropy(**kwargs)
+
+
+def test_fit_lowers_the_loss_and_beats_chance_on_shapes_data():
+    train, validation = shapes_dataset(768, seed=0), shapes_dataset(256, seed=1)
+    model = small_model()
+    history = fit(model, train, optimizer=keras.optimizers.Adam(0.01), loss=crossentropy(), epochs=12,
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+                  validation_data=validation, progress=False)
+    assert sorted(history) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+    assert all(len(values) == 12 for values in history.values())
+    assert history["loss"][-1] < 0.7 * history["loss"][0]
+    assert history["val_accuracy"][-1] > 2.5 / NUM_CLASSES  # chance is 1/6
+
+
+def test_fit_equals_model_fit_with_sgd():
+    # Same initial weights, the same batches in the same order (a dataset: fit never shuffles
+    # it), SGD, the same mean-over-batch loss: only float rounding may differ.
+    train, validation = shapes_dataset(200, batch=48), shapes_dataset(64, batch=48, seed=1)
+    ours, reference = small_model(), small_model(seed=2)
+    reference.set_weights(ours.get_weights())
+    history = fit(ours, train, optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=crossentropy(),
+                  epochs=3, validation_data=validation, progress=False,
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    reference.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=crossentropy(),
+                      metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    keras_history = reference.fit(train, epochs=3, validation_data=validation, shuffle=False, verbose=0).history
+    assert max_difference(ours, reference) < 1e-6
+    for name in ["loss", "accuracy", "val_loss", "val_accuracy"]:
+        np.testing.assert_allclose(history[name], keras_history[name], rtol=1e-6)
+
+
+def test_the_step_is_traced_once_not_once_per_epoch():
+    data = shapes_dataset(100, batch=32)  # 3 full batches and one of 4: two shapes
+    traces = []
+
+    def counting_loss(y_true, y_pred):
+        traces.append(None)  # Python runs only while tracing
+        return keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+
+    fit(small_model(), data, optimizer=keras.optimizers.SGD(0.01), loss=counting_loss, epochs=3, progress=False)
+    assert len(traces) == 1
+
+    step = make_train_step(small_model(), optimizer=keras.optimizers.SGD(0.01), loss=crossentropy(),
+                           element_spec=data.element_spec)
+    for _ in range(3):
+        for batch in data:
+            step(batch)
+    assert step.experimental_get_tracing_count() == 1
+    unsigned = make_train_step(small_model(), optimizer=keras.optimizers.SGD(0.01), loss=crossentropy())
+    for _ in range(3):
+        for batch in data:
+            unsigned(batch)
+    assert unsigned.experimental_get_tracing_count() == 2  # the last, smaller batch retraces once
+
+
+def read_scalars(log_dir):
+    """Every scalar in the TensorBoard event files of ``log_dir``, read back without tensorboard."""
+    scalars = {}
+    for name in sorted(os.listdir(log_dir)):
+        for record in tf.data.TFRecordDataset(os.path.join(log_dir, name)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
+    return scalars
+
+
+def test_tensorboard_scalars_are_written_per_epoch(tmp_path):
+    data = shapes_dataset(96)
+    history = fit(small_model(), data, optimizer=keras.optimizers.SGD(0.05), loss=crossentropy(), epochs=3,
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")], validation_data=data,
+                  log_dir=tmp_path / "logs", progress=False)
+    assert [p.name.startswith("events.out.tfevents") for p in (tmp_path / "logs").iterdir()] == [True]
+    scalars = read_scalars(tmp_path / "logs")
+    assert sorted(scalars) == sorted(history)
+    for name, values in history.items():
+        assert [step for step, _ in scalars[name]] == [1, 2, 3]
+        np.testing.assert_allclose([value for _, value in scalars[name]], values, rtol=1e-6)
+
+
+def test_a_non_finite_loss_stops_naming_epoch_and_step_and_keeps_the_previous_weights():
+    data = shapes_dataset(128)  # 4 steps per epoch
+
+    def nan_at_iteration(optimizer, iteration):
+        def loss(y_true, y_pred):
+            value = crossentropy()(y_true, y_pred)
+            return tf.where(optimizer.iterations == iteration, tf.constant(math.nan), value)
+
+        return loss
+
+    model, optimizer = small_model(), keras.optimizers.Adam(0.01)
+    with pytest.raises(NonFiniteError, match=r"^loss is nan at epoch 2, step 2: training stopped") as info:
+        # iteration 5, counted from 0, is the 6th step: epoch 2, step 2
+        fit(model, data, optimizer=optimizer, loss=nan_at_iteration(optimizer, 5), epochs=3, progress=False)
+    assert isinstance(info.value, FloatingPointError)
+    assert (info.value.epoch, info.value.step) == (2, 2) and len(info.value.history["loss"]) == 1
+    assert int(optimizer.iterations) == 5  # the bad step was not applied
+
+    reference, reference_optimizer = small_model(), keras.optimizers.Adam(0.01)
+    step = make_train_step(reference, optimizer=reference_optimizer, loss=nan_at_iteration(reference_optimizer, 5),
+                           element_spec=data.element_spec)
+    for batch in data.repeat(2).take(5):
+        step(batch)
+    assert max_difference(model, reference) == 0.0
+
+
+def test_a_nan_input_hidden_by_the_loss_still_stops_training():
+    # Keras's cross-entropy clips probabilities: a NaN input gives a finite loss, NaN gradients.
+    (images, meta), labels = make_shapes(96, image_size=IMAGE, meta_dim=META)
+    meta[40, 1] = np.nan  # in the second batch of 32
+    data = tf.data.Dataset.from_tensor_slices(((images, meta), labels)).batch(32)
+    model = small_model()
+    step = make_train_step(model, optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(),
+                           element_spec=data.element_spec)
+    outputs = [step(batch) for batch in data]
+    assert [bool(out["applied"]) for out in outputs] == [True, False, True]
+    assert math.isfinite(float(outputs[1]["loss"]))
+    assert all(np.isfinite(w).all() for w in model.get_weights())
+    with pytest.raises(NonFiniteError, match=r"^gradients are not finite \(loss [0-9.]+\) at epoch 1, step 2: "):
+        fit(small_model(), data, optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), progress=False)
+
+
+PAIRS = r"^{}: expected a tf.data.Dataset of \(inputs, targets\) pairs"
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        ({"dataset": "images"}, TypeError, PAIRS.format("dataset") + ", got str"),
+        ({"dataset": "unpaired"}, ValueError, PAIRS.format("dataset") + ", got elements TensorSpec"),
+        ({"dataset": "triples"}, ValueError, r"^dataset: expected .* pairs, got elements \(.*map it to pairs first"),
+        ({"validation_data": "unpaired"}, ValueError, r"^validation_data: expected a tf.data.Dataset of \(inputs"),
+        ({"epochs": 0}, ValueError, r"^epochs: expected an int >= 1, got int 0"),
+        ({"epochs": 2.0}, TypeError, r"^epochs: expected an int >= 1, got float 2.0"),
+        ({"clip_norm": 0.0}, ValueError, r"^clip_norm: expected a finite number > 0, got float 0.0"),
+        ({"clip_norm": -1}, ValueError, r"^clip_norm: expected a finite number > 0, got int -1"),
+        ({"optimizer": "sgd"}, TypeError, r"^optimizer: expected a keras.optimizers.Optimizer, got str"),
+        ({"loss": 3}, TypeError, r"^loss: expected a callable"),
+        ({"metrics": ["accuracy"]}, TypeError, r"^metrics: expected keras.metrics.Metric instances, got str"),
+        ({"progress": 1}, TypeError, r"^progress: expected a bool, got int 1"),
+        ({"strategy": "mirrored"}, TypeError, r"^strategy: expected a tf.distribute.Strategy or None"),
+    ],
+)
+def test_bad_input_is_rejected_before_training(change, error, match):
+    (images, meta), labels = make_shapes(8, image_size=IMAGE, meta_dim=META)
+    datasets = {
+        "images": "images",
+        "unpaired": tf.data.Dataset.from_tensor_slices(images).batch(4),
+        "triples": tf.data.Dataset.from_tensor_slices(((images, meta), labels, labels)).batch(4),
+    }
+    model = small_model()
+    before = model.get_weights()
+    arguments = {"dataset": shapes_dataset(8), "optimizer": keras.optimizers.SGD(0.1), "loss": crossentropy(),
+                 "progress": False}
+    arguments.update({k: datasets.get(v, v) if isinstance(v, str) else v for k, v in change.items()})
+    with pytest.raises(error, match=match):
+        fit(model, **arguments)
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+def test_global_norm_clipping_bounds_the_update():
+    data = shapes_dataset(32)
+    model = small_model()
+    before = model.get_weights()
+    fit(model, data, optimizer=keras.optimizers.SGD(1.0), loss=crossentropy(), clip_norm=1e-3, progress=False)
+    update = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in zip(before, model.get_weights())))
+    assert update == pytest.approx(1e-3, rel=1e-4)  # SGD with rate 1 moves by the clipped gradient
+
+
+def test_l2_penalties_from_model_losses_are_added_to_the_loss():
+    data = shapes_dataset(32)
+    model = small_model(regularizer=keras.regularizers.L2(0.5))
+    penalty = 0.5 * float(np.sum(model.get_layer("meta_dense").kernel.numpy() ** 2))
+    (x, y), = data
+    data_loss = float(crossentropy()(y, model(x)))
+    history = fit(model, data, optimizer=keras.optimizers.SGD(0.0), loss=crossentropy(), progress=False)
+    assert history["loss"][0] == pytest.approx(data_loss + penalty, rel=1e-6)
+    assert penalty > 0.1 * data_loss  # large enough that a missing penalty would fail
+
+
+def test_frozen_layers_keep_their_weights():
+    model = small_model()
+    model.get_layer("conv").trainable = False
+    frozen = [w.copy() for w in model.get_layer("conv").get_weights()]
+    head = model.get_layer("head").get_weights()[0].copy()
+    fit(model, shapes_dataset(64), optimizer=keras.optimizers.Adam(0.01), loss=crossentropy(), progress=False)
+    assert all(np.array_equal(a, b) for a, b in zip(frozen, model.get_layer("conv").get_weights()))
+    assert not np.array_equal(head, model.get_layer("head").get_weights()[0])
+
+
+def test_a_multi_task_loss_trains_two_heads():
+    (images, meta), labels = make_shapes(256, image_size=IMAGE, meta_dim=META)
+    targets = {"label": labels, "meta_sum": meta.sum(axis=1, keepdims=True)}
+    data = tf.data.Dataset.from_tensor_slices(((images, meta), targets)).batch(32)
+    base = small_model()
+    features = base.get_layer("joined").output
+    outputs = {"label": keras.layers.Dense(NUM_CLASSES, activation="softmax", name="label")(features),
+               "meta_sum": keras.layers.Dense(1, name="meta_sum")(features)}
+    model = keras.Model(base.inputs, outputs)
+    ce, mse = crossentropy(), keras.losses.MeanSquaredError()
+
+    def multi_task(y_true, y_pred):
+        return ce(y_true["label"], y_pred["label"]) + 0.5 * mse(y_true["meta_sum"], y_pred["meta_sum"])
+
+    metrics = {"label": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+               "meta_sum": keras.metrics.MeanAbsoluteError(name="mae")}
+    history = fit(model, data, optimizer=keras.optimizers.Adam(0.01), loss=multi_task, metrics=metrics,
+                  epochs=6, progress=False)
+    assert sorted(history) == ["label_accuracy", "loss", "meta_sum_mae"]
+    assert history["meta_sum_mae"][-1] < 0.5 * history["meta_sum_mae"][0]
+    assert history["loss"][-1] < history["loss"][0]
+
+
+def test_progress_prints_one_clean_line_per_epoch_off_a_terminal(capsys):
+    fit(small_model(), shapes_dataset(64), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), epochs=2,
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" - ")[0] for line in lines] == ["Epoch 1/2", "2/2", "Epoch 2/2", "2/2"]
+    assert all(" - loss: " in line and " - accuracy: " in line for line in lines[1::2])
+    assert not any("\r" in line or "\b" in line or "\x1b" in line for line in lines)
+
+
+def test_on_epoch_end_and_eval_step():
+    data = shapes_dataset(64)
+    seen = []
+    model = small_model()
+    history = fit(model, data, optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), epochs=2,
+                  progress=False, on_epoch_end=lambda epoch, logs: seen.append((epoch, logs["loss"])))
+    assert seen == [(1, history["loss"][0]), (2, history["loss"][1])]
+    step = make_eval_step(model, loss=crossentropy(reduction=None))
+    outputs = [step(batch) for batch in data]
+    total = sum(float(out["loss"]) * int(out["examples"]) for out in outputs)
+    model.compile(loss=crossentropy())
+    assert total / 64 == pytest.approx(model.evaluate(data, verbose=0), rel=1e-6)
+
+
+MIRRORED = """
+from companion.notebook import split_cpu
+split_cpu(2)
+import numpy as np, tensorflow as tf, keras
+import tests.test_training as t
+from companion.training import fit
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+data = t.shapes_dataset(100, batch=24)  # the last batch of 4 splits 2 + 2
+with strategy.scope():
+    model = t.small_model(regularizer=keras.regularizers.L2(1e-3))
+    optimizer = keras.optimizers.Adam(0.01)
+single = t.small_model(seed=3, regularizer=keras.regularizers.L2(1e-3))
+single.set_weights(model.get_weights())
+kwargs = dict(loss=t.crossentropy(reduction=None), epochs=2, clip_norm=1.0, progress=False)
+history = fit(model, data, optimizer=optimizer, strategy=strategy, **kwargs)
+reference = fit(single, data, optimizer=keras.optimizers.Adam(0.01), **kwargs)
+replicas = [np.max(np.abs(v.value.values[0].numpy() - v.value.values[1].numpy()))
+            for v in model.variables + optimizer.variables]
+print(len(replicas), max(replicas), t.max_difference(model, single) < 1e-5,
+      np.allclose(history["loss"], reference["loss"], rtol=1e-5))
+for bad in [dict(loss=t.crossentropy()), dict(loss=t.crossentropy(reduction=None), model=single)]:
+    try:
+        fit(bad.pop("model", model), data, optimizer=optimizer, strategy=strategy, progress=False, **bad)
+    except ValueError as error:
+        print(str(error).split(";")[0])
+"""
+
+
+def test_mirrored_strategy_replicas_agree_and_match_one_device():
+    from companion.notebook import run_python
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = run_python(MIRRORED, env={"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])})
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()[-3:]
+    count, difference, close_weights, close_losses = lines[0].split()
+    assert int(count) > 10 and float(difference) == 0.0 and close_weights == close_losses == "True"
+    assert lines[1] == ("loss: expected per-example losses (shape (batch,)) under a strategy with 2 replicas, "
+                        "got a scalar")
+    assert lines[2].startswith("strategy: expected the model and optimizer to be created under strategy.scope()")
