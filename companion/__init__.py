@@ -6,6 +6,13 @@ stays cheap and never imports TensorFlow by itself::
     from companion.notebook import setup        # every chapter's first cell
     from companion.data import make_shapes      # the synthetic dataset
     from companion.introspection import traced_ops, weights_table   # chapter 1
+    from companion.ops import swish, softplus                       # chapter 2
+    from companion.pyfunc import native_blur, GaussianBlur          # chapter 3
+    from companion.layers import CustomDense, ResidualBlock         # chapter 4
+    from companion.gradients import clipped_identity, gradient_error  # chapter 5
+    from companion.models import functional_multimodal, MultiModalModel  # chapter 6
+    from companion.training import fit, make_train_step             # chapter 7
+    from companion.bench import time_call                           # timing (make bench)
 """
 
 __version__ = "0.1.0"
