@@ -70,12 +70,17 @@ def test_main_prints_the_training_loop_ratio_and_writes_json(tmp_path, capsys):
     assert "repeat 1/1, custom loop:" in printed and "repeat 1/1, model.fit:" in printed
     assert "custom training loop / model.fit" in printed and f"written to {output}" in printed
     written = json.loads(output.read_text())
-    assert written == entries and len(written) == 1
+    assert written == entries and len(written) == 2
     entry = written[0]
-    assert {"name", "ratio", "custom_median", "fit_median", "unit", "device", "versions"} <= set(entry)
-    assert entry["unit"] == "examples/s" and entry["custom_median"] > 0 and entry["fit_median"] > 0
-    assert entry["ratio"] == pytest.approx(entry["custom_median"] / entry["fit_median"])
+    assert {"name", "ratio", "custom_median", "reference_median", "unit", "device", "versions"} <= set(entry)
+    assert entry["unit"] == "examples/s" and entry["custom_median"] > 0 and entry["reference_median"] > 0
+    assert entry["ratio"] == pytest.approx(entry["custom_median"] / entry["reference_median"])
     assert entry["versions"]["tensorflow"] == tf.__version__
+    adamw = written[1]
+    assert "repeat 1/1, companion AdamW:" in printed and "repeat 1/1, keras AdamW:" in printed
+    assert "companion AdamW / keras AdamW step time" in printed and adamw["unit"] == "ms/step"
+    assert adamw["custom_median"] > 0 and adamw["reference_median"] > 0
+    assert adamw["ratio"] == pytest.approx(adamw["custom_median"] / adamw["reference_median"])
 
 
 def test_training_loop_vs_fit_rejects_bad_settings():
@@ -85,3 +90,12 @@ def test_training_loop_vs_fit_rejects_bad_settings():
         training_loop_vs_fit(epochs=1)
     with pytest.raises(ValueError, match="^examples: expected an int >= 64"):
         training_loop_vs_fit(examples=10)
+
+
+def test_adamw_step_time_rejects_bad_settings():
+    from companion.bench import adamw_step_time
+
+    with pytest.raises(ValueError, match="^steps: expected an int >= 1"):
+        adamw_step_time(steps=0)
+    with pytest.raises(TypeError, match="^batch_size: expected an int >= 1"):
+        adamw_step_time(batch_size=2.0)
