@@ -172,7 +172,6 @@ def training_loop_vs_fit(
 
     from companion.data import make_shapes
     from companion.models import functional_multimodal
-    from companion.notebook import gpu_available
     from companion.training import fit
 
     batch_size = check_int(batch_size, "batch_size", minimum=1)
@@ -213,17 +212,8 @@ def training_loop_vs_fit(
             rates[name].append((epochs - 1) * examples / (times[-1] - times[0]))
             print(f"  repeat {repeat + 1}/{repeats}, {name}: {rates[name][-1]:,.0f} examples/s", flush=True)
     custom, keras_fit = (statistics.median(rates[name]) for name in runs)
-    return {
-        "name": "custom training loop / model.fit (ch. 7 model)",
-        "ratio": custom / keras_fit,
-        "custom_median": custom,
-        "reference_median": keras_fit,
-        "unit": "examples/s",
-        "device": "GPU" if gpu_available() else "CPU",
-        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
-                     "python": sys.version.split()[0]},
-        "settings": {"examples": examples, "batch_size": batch_size, "epochs": epochs, "repeats": repeats},
-    }
+    return _entry("custom training loop / model.fit (ch. 7 model)", custom, keras_fit, "examples/s",
+                  {"examples": examples, "batch_size": batch_size, "epochs": epochs, "repeats": repeats})
 
 
 def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, seed: int = 0) -> dict[str, Any]:
@@ -252,7 +242,6 @@ def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, 
 
     from companion.data import make_shapes
     from companion.models import functional_multimodal
-    from companion.notebook import gpu_available
     from companion.optimizers import DEFAULT_EXCLUDE, AdamW
 
     batch_size = check_int(batch_size, "batch_size", minimum=1)
@@ -292,16 +281,26 @@ def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, 
             times[name].append(timing.median)
             print(f"  repeat {repeat + 1}/{repeats}, {name}: {timing.median_ms:.2f} ms/step", flush=True)
     custom, keras_median = (statistics.median(times[name]) * 1e3 for name in runs)
+    return _entry("companion AdamW / keras AdamW step time (ch. 8)", custom, keras_median, "ms/step",
+                  {"batch_size": batch_size, "steps": steps, "repeats": repeats})
+
+
+def _entry(name: str, custom: float, reference: float, unit: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """One measure as ``make bench`` reports it (and writes to ``_build/bench.json``)."""
+    import keras
+    import tensorflow as tf
+
+    from companion.notebook import gpu_available
+
     return {
-        "name": "companion AdamW / keras AdamW step time (ch. 8)",
-        "ratio": custom / keras_median,
+        "name": name,
+        "ratio": custom / reference,
         "custom_median": custom,
-        "reference_median": keras_median,
-        "unit": "ms/step",
+        "reference_median": reference,
+        "unit": unit,
         "device": "GPU" if gpu_available() else "CPU",
-        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
-                     "python": sys.version.split()[0]},
-        "settings": {"batch_size": batch_size, "steps": steps, "repeats": repeats},
+        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__, "python": sys.version.split()[0]},
+        "settings": settings,
     }
 
 
