@@ -137,3 +137,36 @@ def test_readme_and_intro_quote_the_configured_repository():
     template = _template()
     assert template.stale_docs() == [], "run `make stamp`"
     assert all(CONFIG["repository"]["url"] in doc.read_text() for doc in template.DOCS)
+
+
+CLAIMS = BOOK / "claims.md"
+VERDICTS = {"holds", "outdated", "wrong", "depends"}
+CLAIM_ROW = re.compile(r"^\| (\d+) \| (.+?) \| (\w+) \| (.+?) \| (.+) \|$")
+CHAPTER_LINK = re.compile(r"\]\(([\w.-]+?)\.(ipynb|md)(#[\w-]+)?\)")
+
+
+def claim_rows():
+    """The ledger's table rows as (number, claim, verdict, why, shown in)."""
+    lines = [line for line in CLAIMS.read_text().splitlines() if re.match(r"^\| \d+ \|", line)]
+    rows = [CLAIM_ROW.match(line) for line in lines]
+    assert all(rows), [line for line, row in zip(lines, rows) if not row][:3]
+    return [row.groups() for row in rows]
+
+
+def test_claims_ledger_is_in_the_toc_and_numbered():
+    assert "book/claims" in toc_files()
+    rows = claim_rows()
+    assert len(rows) >= 30, f"the ledger has {len(rows)} rows; it must list every claim (at least 30)"
+    assert [int(number) for number, *_ in rows] == list(range(1, len(rows) + 1)), "number the rows 1, 2, 3, ..."
+
+
+def test_every_claim_has_a_verdict_a_reason_and_a_link_to_a_chapter_section():
+    chapters = {entry.removeprefix("book/") for entry in toc_files()} - {"claims", "intro", "api"}
+    for number, claim, verdict, why, shown_in in claim_rows():
+        assert verdict in VERDICTS, f"claim {number}: verdict {verdict!r} not in {sorted(VERDICTS)}"
+        assert claim.strip() and why.strip(), f"claim {number}: empty claim or reason"
+        links = CHAPTER_LINK.findall(shown_in)
+        assert links, f"claim {number}: 'Shown in' has no link to a chapter section"
+        targets = {name for name, _, _ in links}
+        assert targets <= chapters, f"claim {number}: links to {targets - chapters}, not a chapter in _toc.yml"
+        assert all(anchor for _, _, anchor in links), f"claim {number}: link a section (#heading), not only the chapter"
