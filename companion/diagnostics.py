@@ -1,0 +1,831 @@
+"""Finding the classic pitfalls of custom layers and models: a save/load round trip that names
+what breaks, the first layer (and the first gradient) that goes NaN, a ``tf.function`` that
+counts its traces, and a check that a layer works on a batch size it has not seen.
+
+Chapter 9 reproduces each pitfall, detects it with these helpers, fixes it and checks the fix:
+
+- ``check_roundtrip(obj, sample_input)`` saves a layer, model or optimizer to ``.keras``, loads
+  it (by default in a fresh Python process, as a user reloading the file would) and compares
+  config, weights and outputs; each problem found is a sentence that names what differs.
+- ``first_nonfinite(model, inputs)`` runs the model eagerly, watching every sublayer's output,
+  and names the first layer that produced a NaN or an Inf; ``first_nonfinite_gradient`` and
+  ``gradient_norms`` do the same for the gradients of a training step.
+- ``count_traces(fn)`` is ``tf.function(fn)`` that records how often it was traced, and with
+  which arguments, so retracing can be measured.
+- ``check_variable_batch(layer, sample_input)`` traces a layer with the batch size unknown and
+  runs it on two batch sizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import json
+import os
+import pickle
+import re
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from companion._checks import check_bool, check_real, describe
+from companion.notebook import run_python, strip_ansi
+
+__all__ = [
+    "RoundtripReport",
+    "TraceCounter",
+    "check_roundtrip",
+    "check_variable_batch",
+    "count_traces",
+    "first_nonfinite",
+    "first_nonfinite_gradient",
+    "gradient_norms",
+]
+
+#: Longest problem text kept from an error message (Keras appends whole configs to some).
+_MESSAGE_LIMIT = 240
+
+
+# ---------------------------------------------------------------- small shared pieces
+
+
+def _short(text: str, limit: int = _MESSAGE_LIMIT) -> str:
+    text = text.split(" Full object config")[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: Lines of Keras's and TensorFlow's error messages that say where, not what.
+_NOISE = ("Exception encountered when calling", "in user code:")
+
+
+def _error_text(error: BaseException) -> str:
+    """``"TypeName: message"`` on one line, keeping what went wrong and dropping the wrapping.
+
+    A model's loading error wraps its layer's after ``"Exception encountered: "``, and an error
+    raised while tracing (``"in user code: File ...  TypeError: ..."``) ends with the original
+    error: both keep the inner message. Keras's "Arguments received by ..." footer is dropped.
+    """
+    text = strip_ansi(str(error)).rsplit("Exception encountered: ", 1)[-1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    name = type(error).__name__
+    raised = [i for i, line in enumerate(lines) if re.match(r"[\w.]*(Error|Exception)\w*: ", line)]
+    if raised:  # the last "XxxError: ..." line starts the original error's own text
+        lines = lines[raised[-1]:]
+        name, lines[0] = lines[0].split(": ", 1)
+    kept = []
+    for line in lines:
+        if line.startswith("Arguments received by"):
+            break
+        if not line.startswith(_NOISE):
+            kept.append(line)
+    return _short(f"{name}: {' '.join(kept)}")
+
+
+def _is_keras_module(module: str | None) -> bool:
+    """True for Keras's own modules (its classes never need registering) and ``builtins``."""
+    return module is not None and (module.split(".")[0] in {"keras", "tf_keras"} or module == "builtins")
+
+
+def _to_numpy(structure: Any) -> list[np.ndarray]:
+    """The leaves of a (nested) output as NumPy arrays, in ``tf.nest`` order."""
+    return [np.asarray(leaf) for leaf in tf.nest.flatten(structure)]
+
+
+def _has_nonfinite(structure: Any) -> bool:
+    """True if any floating-point leaf of an (eager) output holds NaN or Inf."""
+    for leaf in tf.nest.flatten(structure):
+        if not (tf.is_tensor(leaf) or isinstance(leaf, (np.ndarray, keras.Variable))):
+            continue
+        array = np.asarray(leaf)
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+            return True
+    return False
+
+
+def _check_layer(value: Any, name: str) -> keras.layers.Layer:
+    if not isinstance(value, keras.layers.Layer):
+        raise TypeError(f"{name}: expected a Keras layer or model, got {describe(value)}")
+    return value
+
+
+# ---------------------------------------------------------------- check_roundtrip
+
+
+@dataclass
+class RoundtripReport:
+    """What ``check_roundtrip`` found.
+
+    Attributes:
+        subject: The object checked, e.g. ``"CustomDense 'dense'"``.
+        fresh_process: Whether the file was loaded in a fresh Python process.
+        problems: One sentence per problem, naming what differs; empty when all is well.
+        notes: Warnings Keras gave while saving or loading (not problems by themselves).
+    """
+
+    subject: str
+    fresh_process: bool
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem was found."""
+        return not self.problems
+
+    def __str__(self) -> str:
+        where = "a fresh process" if self.fresh_process else "this process"
+        verdict = "ok" if self.ok else f"{len(self.problems)} problem(s)"
+        return "\n".join([f"{self.subject}, saved and loaded in {where}: {verdict}"]
+                         + [f"  - {problem}" for problem in self.problems])
+
+
+def _layers_of(obj: Any) -> list[Any]:
+    """``obj`` and, for a layer or model, every layer nested in it."""
+    if isinstance(obj, keras.layers.Layer):
+        return [obj, *obj._flatten_layers(include_self=False, recursive=True)]
+    return [obj]
+
+
+def _custom_objects(obj: Any) -> list[Any]:
+    """The objects in ``obj`` whose class is not Keras's own, each class once."""
+    seen, found = set(), []
+    for item in _layers_of(obj):
+        cls = type(item)
+        if cls not in seen and not _is_keras_module(cls.__module__):
+            seen.add(cls)
+            found.append(item)
+    return found
+
+
+def _nonjson_path(value: Any, path: str) -> str | None:
+    """The path of the first value in a config that ``json.dumps`` cannot write, or None."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _nonjson_path(item, f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = _nonjson_path(item, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        what = f"the function {value.__name__}" if inspect.isroutine(value) else f"a {type(value).__name__} object"
+        return f"{path} holds {what}"
+    return None
+
+
+def _is_serialized_object(value: Any) -> bool:
+    return isinstance(value, dict) and "class_name" in value and "config" in value
+
+
+def _config_problems(item: Any) -> list[str]:
+    """Problems of one custom class's ``get_config``/``from_config`` pair."""
+    cls = type(item).__name__
+    try:
+        config = item.get_config()
+    except NotImplementedError as error:
+        return [f"{cls}.get_config() raised {_error_text(error)}"]
+    bad = _nonjson_path(config, "config")
+    if bad:
+        return [f"{cls}.get_config() is not JSON: {bad}; store a name or "
+                f"keras.saving.serialize_keras_object(...) of it instead"]
+    problems = []
+    if not _is_keras_module(_defining_module(type(item), "get_config")):  # written by the user
+        for name, parameter in inspect.signature(type(item).__init__).parameters.items():
+            if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                continue
+            if name not in config:
+                fallback = ("fails (no default)" if parameter.default is parameter.empty
+                            else f"gets the default {parameter.default!r}")
+                problems.append(f"{cls}.get_config() does not store the constructor argument {name!r}: "
+                                f"from_config {fallback}")
+    if problems or isinstance(item, keras.optimizers.Optimizer):
+        return problems
+    return _from_config_problems(item, json.loads(json.dumps(config)))
+
+
+def _defining_module(cls: type, attribute: str) -> str | None:
+    """The module of the class in ``cls``'s MRO that defines ``attribute``."""
+    owner = next((klass for klass in cls.__mro__ if attribute in vars(klass)), None)
+    return None if owner is None else owner.__module__
+
+
+def _from_config_problems(item: Any, config: dict[str, Any]) -> list[str]:
+    cls = type(item).__name__
+    try:
+        restored = type(item).from_config(config)
+    except Exception as error:  # whatever the user's constructor raises is the finding
+        return [f"{cls}.from_config(get_config()) raised {_error_text(error)}"]
+    return [
+        f"{cls}.from_config passed config[{key!r}] (a serialized {value['class_name']}) to __init__ as "
+        f"a dict: override from_config to deserialize it (keras.saving.deserialize_keras_object)"
+        for key, value in config.items()
+        if _is_serialized_object(value) and isinstance(getattr(restored, key, None), dict)
+    ]
+
+
+def _registry_entries(serialized: Any) -> Iterator[tuple[str, str]]:
+    """(kind, lookup key) of every non-Keras class or function named in a serialized config."""
+    if isinstance(serialized, dict):
+        if _is_serialized_object(serialized):
+            name, module = serialized["class_name"], serialized.get("module")
+            if name == "function" and not (module or "").startswith("keras"):  # Keras's own are strings
+                yield "function", str(serialized["config"])
+            elif name != "__lambda__" and not _is_keras_module(module):  # a lambda is bytecode, not a name
+                yield "class", serialized.get("registered_name") or name
+        for value in serialized.values():
+            yield from _registry_entries(value)
+    elif isinstance(serialized, (list, tuple)):
+        for value in serialized:
+            yield from _registry_entries(value)
+
+
+#: Where Keras looks up a function saved by its bare name (``serialization_lib.BUILTIN_MODULES``).
+_FUNCTION_MODULES = ("activations", "constraints", "initializers", "losses", "metrics", "optimizers", "regularizers")
+
+
+def _is_keras_function(name: str) -> bool:
+    return any(hasattr(getattr(keras, module), name) for module in _FUNCTION_MODULES)
+
+
+def _registration(serialized: dict[str, Any], fresh_process: bool) -> tuple[list[str], list[str]]:
+    """(problems, modules the loading process must import) for the custom names in a config."""
+    problems, modules = [], []
+    for kind, key in dict.fromkeys(_registry_entries(serialized)):
+        found = keras.saving.get_registered_object(key)
+        if found is None and kind == "function" and _is_keras_function(key):
+            continue
+        if found is None:
+            problems.append(f"{kind} {key!r} is not registered: load_model finds it only with custom_objects="
+                            f"{{{key!r}: ...}}; decorate it with @keras.saving.register_keras_serializable()")
+        elif found.__module__ == "__main__":
+            if fresh_process:
+                problems.append(f"{kind} {key!r} is defined in __main__ (a notebook or script): a fresh "
+                                f"process cannot import it; move it into a module and import that before loading")
+        elif found.__module__ not in modules:
+            modules.append(found.__module__)
+    return problems, modules
+
+
+def _warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
+    """The messages of Keras's warnings (NumPy's deprecation notices about Keras left out)."""
+    return [_short(str(w.message)) for w in caught
+            if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))]
+
+
+def _save(obj: Any, path: str, notes: list[str]) -> str | None:
+    """Save ``obj`` to ``path``; the error text if that fails. Warnings go to ``notes``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            keras.saving.save_model(obj, path)
+        except Exception as error:  # any failure to save is the finding
+            return f"saving failed: {_error_text(error)}"
+        finally:
+            notes.extend(_warning_texts(caught))
+    return None
+
+
+def _reloaded_state(path: str, sample_input: Any, modules: list[str]) -> dict[str, Any]:
+    """Load ``path`` (after importing ``modules``) and return its config, weights and outputs.
+
+    Runs in this process or, through ``run_python``, in a fresh one; everything it returns is
+    plain Python and NumPy, so it can travel back by pickle.
+    """
+    state: dict[str, Any] = {"error": None, "config": None, "weights": [], "output": None, "warnings": []}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            for module in modules:
+                importlib.import_module(module)
+            obj = keras.saving.load_model(path)
+            state["config"] = json.loads(json.dumps(keras.saving.serialize_keras_object(obj)))
+            state["weights"] = [(v.path, np.asarray(v)) for v in _state_variables(obj)]
+            if sample_input is not None:
+                state["output"] = _to_numpy(obj(sample_input))
+        except Exception as error:  # any failure to import, load or call is the finding
+            state["error"] = f"load_model failed: {_error_text(error)}"
+        state["warnings"] = _warning_texts(caught)
+    return state
+
+
+def _state_variables(obj: Any) -> list[Any]:
+    return list(obj.variables if isinstance(obj, keras.optimizers.Optimizer) else obj.weights)
+
+
+def _reload_in_child(path: str, sample_input: Any, modules: list[str], workdir: str, timeout: float) -> dict:
+    request, answer = os.path.join(workdir, "request.pkl"), os.path.join(workdir, "answer.pkl")
+    with open(request, "wb") as file:
+        pickle.dump({"path": path, "sample_input": sample_input, "modules": modules}, file)
+    code = (
+        "import pickle\n"
+        "from companion.diagnostics import _reloaded_state\n"
+        f"with open({request!r}, 'rb') as file:\n    request = pickle.load(file)\n"
+        f"with open({answer!r}, 'wb') as file:\n    pickle.dump(_reloaded_state(**request), file)\n"
+    )
+    # The child finds every module this process can import (the user's own, the companion).
+    search_path = os.pathsep.join(entry for entry in [os.getcwd(), *sys.path] if entry and os.path.isdir(entry))
+    result = run_python(code, timeout=timeout, env={"PYTHONPATH": search_path})
+    if result.returncode != 0 or not os.path.exists(answer):
+        last = (result.stderr.strip().splitlines() or ["(no error output)"])[-1]
+        return {"error": f"the fresh process failed: {_short(last)}", "warnings": []}
+    with open(answer, "rb") as file:
+        return pickle.load(file)
+
+
+def _differences(before: Any, after: Any, path: str = "config") -> list[str]:
+    """Where two serialized configs differ, as ``"config['units']: 3 before, 4 after"``."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        found = []
+        for key in list(before) + [k for k in after if k not in before]:
+            if key not in after:
+                found.append(f"{path}[{key!r}] is missing after loading")
+            elif key not in before:
+                found.append(f"{path}[{key!r}] appears only after loading")
+            else:
+                found.extend(_differences(before[key], after[key], f"{path}[{key!r}]"))
+        return found
+    if before != after:
+        return [f"{path}: {_short(repr(before), 60)} before saving, {_short(repr(after), 60)} after loading"]
+    return []
+
+
+def _weight_problems(before: list[tuple[str, np.ndarray]], after: list[tuple[str, np.ndarray]],
+                     atol: float) -> list[str]:
+    if len(before) != len(after):
+        return [f"weights: {len(before)} before saving, {len(after)} after loading "
+                f"(before: {[p for p, _ in before][:6]}, after: {[p for p, _ in after][:6]})"]
+    problems = []
+    for (path, old), (_, new) in zip(before, after):
+        if old.shape != new.shape:
+            problems.append(f"weight {path!r}: shape {old.shape} before saving, {new.shape} after loading")
+        elif old.size and np.max(np.abs(old.astype(np.float64) - new.astype(np.float64))) > atol:
+            gap = np.max(np.abs(old.astype(np.float64) - new.astype(np.float64)))
+            problems.append(f"weight {path!r} differs after loading (max |difference| {gap:.3g})")
+    return problems
+
+
+def _output_problems(before: list[np.ndarray], after: list[np.ndarray], atol: float) -> list[str]:
+    if len(before) != len(after) or any(a.shape != b.shape for a, b in zip(before, after)):
+        return [f"outputs: shapes {[a.shape for a in before]} before saving, {[b.shape for b in after]} after loading"]
+    gap = max((float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) for a, b in zip(before, after)
+               if a.size), default=0.0)
+    if not gap <= atol:  # also true for NaN
+        return [f"outputs on sample_input differ after loading (max |difference| {gap:.3g} > atol {atol:g})"]
+    return []
+
+
+def _subject(obj: Any) -> str:
+    return f"{type(obj).__name__} {getattr(obj, 'name', '')!r}"
+
+
+def check_roundtrip(
+    obj: Any,
+    sample_input: Any = None,
+    *,
+    fresh_process: bool = True,
+    atol: float = 1e-6,
+    timeout: float = 300,
+) -> RoundtripReport:
+    """Save ``obj`` to a ``.keras`` file, load it back and report everything that differs.
+
+    The checks, in order, each adding one sentence per problem to ``report.problems``:
+
+    1. every custom (non-Keras) class in ``obj`` has a ``get_config`` that works, is JSON, stores
+       each constructor argument, and survives ``from_config`` (a nested layer or other Keras
+       object left as a dict by the default ``from_config`` is named);
+    2. every custom class or function the saved config names is registered
+       (``@keras.saving.register_keras_serializable``) and, for a fresh process, importable from
+       a module (a class defined in a notebook lives in ``__main__``, which no other process has);
+    3. the file is saved and loaded (``keras.saving.load_model``, ``safe_mode`` on), in a fresh
+       Python process that imports only the modules of the registered classes, or in this one;
+    4. the loaded object's config, its weights (values, by position) and, with ``sample_input``,
+       its outputs equal the original's.
+
+    An optimizer saved on its own comes back unbuilt: a built optimizer's slots are reported
+    missing (save it with its compiled model to keep them).
+
+    Args:
+        obj: A Keras layer, model or optimizer.
+        sample_input: Optional input; ``obj`` is called on it before saving (which builds an
+            unbuilt layer) and the loaded copy must give the same output. ``None`` for optimizers.
+        fresh_process: Load in a fresh Python process (``companion.notebook.run_python``), as
+            a user reloading the file would; ``False`` loads in this process (faster).
+        atol: Largest absolute difference allowed between weights and between outputs.
+        timeout: Seconds the fresh process may take.
+
+    Returns:
+        A ``RoundtripReport``: ``ok``, ``problems`` (sentences), ``notes`` (Keras's warnings);
+        ``print(report)`` shows all of it.
+
+    Raises:
+        TypeError: If ``obj`` is not a Keras layer, model or optimizer, or ``fresh_process``
+            is not a bool.
+        ValueError: If ``sample_input`` is given for an optimizer, or ``atol`` is negative.
+
+    Example:
+        >>> import numpy as np
+        >>> from companion.layers import CustomDense
+        >>> report = check_roundtrip(CustomDense(2), np.ones((1, 3), "float32"), fresh_process=False)
+        >>> report.ok, report.problems
+        (True, [])
+    """
+    if not isinstance(obj, (keras.layers.Layer, keras.optimizers.Optimizer)):
+        raise TypeError(f"obj: expected a Keras layer, model or optimizer, got {describe(obj)}")
+    fresh_process = check_bool(fresh_process, "fresh_process")
+    atol = check_real(atol, "atol", minimum=0)
+    timeout = check_real(timeout, "timeout", above=0)
+    if sample_input is not None and isinstance(obj, keras.optimizers.Optimizer):
+        raise ValueError(f"sample_input: expected None for an optimizer, got {type(sample_input).__name__}")
+    if sample_input is not None:
+        sample_input = tf.nest.map_structure(np.asarray, sample_input)
+    report = RoundtripReport(_subject(obj), fresh_process)
+    expected = None if sample_input is None else _to_numpy(obj(sample_input))
+
+    for item in _custom_objects(obj):
+        report.problems.extend(_config_problems(item))
+    try:
+        serialized = json.loads(json.dumps(keras.saving.serialize_keras_object(obj)))
+    except (NotImplementedError, TypeError, ValueError) as error:
+        problem = f"the object cannot be serialized: {_error_text(error)}"
+        if not any(p.startswith(f"{type(obj).__name__}.get_config() raised") for p in report.problems):
+            report.problems.append(problem)  # unless its own get_config already said why
+        return report
+    registration, modules = _registration(serialized, fresh_process)
+    report.problems.extend(registration)
+
+    with tempfile.TemporaryDirectory() as workdir:
+        path = os.path.join(workdir, "object.keras")
+        failure = _save(obj, path, report.notes)
+        if failure:
+            report.problems.append(failure)
+            return report
+        state = (_reload_in_child(path, sample_input, modules, workdir, timeout) if fresh_process
+                 else _reloaded_state(path, sample_input, modules))
+    report.notes.extend(state["warnings"])
+    if state["error"]:
+        report.problems.append(state["error"])
+        return report
+    report.problems.extend(_differences(serialized, state["config"]))
+    before = [(v.path, np.asarray(v)) for v in _state_variables(obj)]
+    report.problems.extend(_weight_problems(before, state["weights"], atol))
+    if expected is not None:
+        report.problems.extend(_output_problems(expected, state["output"], atol))
+    return report
+
+
+# ---------------------------------------------------------------- shapes
+
+
+def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
+    """Check that ``layer`` works when the batch size is unknown while tracing.
+
+    Keras traces layers with the batch dimension ``None`` (``keras.Input``, ``fit``,
+    ``model.export``). A layer that uses ``x.shape[0]`` as a number works eagerly and breaks
+    there. This traces ``layer`` under ``tf.function`` with every input's first dimension set
+    to ``None``, then runs the traced graph on the whole sample and on its first row, and
+    compares both with the eager call.
+
+    Args:
+        layer: A Keras layer or model (or any callable taking one, possibly nested, input).
+        sample_input: An input with a batch of at least 2 (an array, or a list/dict of arrays).
+
+    Returns:
+        Problems, one sentence each; an empty list when the layer passes.
+
+    Raises:
+        TypeError: If ``layer`` is not callable.
+        ValueError: If an input of ``sample_input`` has no batch dimension or a batch below 2.
+
+    Example:
+        >>> import numpy as np
+        >>> check_variable_batch(keras.layers.Dense(2), np.ones((3, 4), "float32"))
+        []
+    """
+    if not callable(layer):
+        raise TypeError(f"layer: expected a callable layer or model, got {describe(layer)}")
+    sample_input = tf.nest.map_structure(np.asarray, sample_input)
+    for leaf in tf.nest.flatten(sample_input):
+        if leaf.ndim < 1 or leaf.shape[0] < 2:
+            raise ValueError(f"sample_input: expected arrays with a batch of at least 2, got shape {leaf.shape}")
+    specs = tf.nest.map_structure(lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), sample_input)
+    traced = tf.function(lambda inputs: layer(inputs), input_signature=[specs])
+    try:
+        concrete = traced.get_concrete_function()
+    except Exception as error:  # whatever the layer raises while tracing is the finding
+        return [f"tracing with batch size None failed: {_error_text(error)}"]
+    expected = _to_numpy(layer(sample_input))
+    problems = []
+    for rows in (None, 1):
+        part = tf.nest.map_structure(lambda a: a[:rows], sample_input)
+        try:
+            got = _to_numpy(concrete(part))
+        except Exception as error:  # a graph that runs for one batch size only
+            problems.append(f"the traced graph failed on a batch of {len(tf.nest.flatten(part)[0])}: "
+                            f"{_error_text(error)}")
+            continue
+        want = [a[:rows] for a in expected]
+        if any(g.shape != w.shape or not np.allclose(g, w, atol=1e-5) for g, w in zip(got, want)):
+            problems.append(f"the traced graph's output on a batch of {len(tf.nest.flatten(part)[0])} "
+                            f"differs from the eager call's")
+    return problems
+
+
+# ---------------------------------------------------------------- non-finite values
+
+
+def _layer_paths(model: keras.layers.Layer) -> dict[int, tuple[keras.layers.Layer, str]]:
+    """id(layer) -> (layer, "outer/inner" path) for every layer nested in ``model``."""
+    paths: dict[int, tuple[keras.layers.Layer, str]] = {}
+
+    def visit(layer: keras.layers.Layer, prefix: str) -> None:
+        for child in layer._flatten_layers(include_self=False, recursive=False):
+            if id(child) not in paths:
+                paths[id(child)] = (child, prefix + child.name)
+                visit(child, prefix + child.name + "/")
+
+    visit(model, "")
+    return paths
+
+
+@contextlib.contextmanager
+def _watching_calls(layers: list[tuple[keras.layers.Layer, str]], entering: Callable[[str, tuple], None],
+                    leaving: Callable[[str, Any], None]) -> Iterator[None]:
+    """Within the block, each layer's ``call`` reports ``(path, args)`` to ``entering`` when it
+    starts and ``(path, output)`` to ``leaving`` when it returns."""
+    wrapped = []
+    try:
+        for layer, path in layers:
+            if "call" in vars(layer):  # an instance-level call of the user's: leave it alone
+                continue
+            original = layer.call
+
+            @functools.wraps(original)
+            def call(*args: Any, _original: Callable = original, _path: str = path, **kwargs: Any) -> Any:
+                entering(_path, args)
+                output = _original(*args, **kwargs)
+                leaving(_path, output)
+                return output
+
+            layer.call = call
+            wrapped.append(layer)
+        yield
+    finally:
+        for layer in wrapped:
+            del layer.call
+
+
+def first_nonfinite(model: keras.layers.Layer, inputs: Any, *, training: bool = False) -> str | None:
+    """The first layer, in execution order, whose output contains NaN or Inf, or ``None``.
+
+    The model is called once, eagerly, with every nested layer's ``call`` wrapped to inspect
+    its output; a layer's output is complete when its sublayers have run, so inside a
+    composite layer the innermost culprit is named (``"block/hidden"``). Sequential,
+    functional and subclassed models all work, since each calls its layers. When a layer
+    *receives* NaN or Inf that no layer produced (a raw op in a subclassed model's ``call``
+    made it), the result is ``"<model>.call, before '<layer>'"``; when only the model's final
+    output is non-finite, the model's own name.
+
+    Args:
+        model: A Keras model or layer.
+        inputs: What the model is called with (finite values).
+        training: The ``training`` flag of the call (``True`` enables dropout and the like).
+
+    Returns:
+        The layer's path (names joined by ``/``), or ``None`` if every output is finite.
+
+    Raises:
+        TypeError: If ``model`` is not a Keras layer or model, or ``training`` not a bool.
+        ValueError: If ``inputs`` already contain NaN or Inf (no layer is to blame).
+
+    Example:
+        >>> import numpy as np
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, name="dense"),
+        ...                           keras.layers.Lambda(keras.ops.log, name="log")])
+        >>> model.layers[0].set_weights([-np.eye(2, dtype="float32"), np.zeros(2, "float32")])
+        >>> first_nonfinite(model, np.ones((1, 2), "float32"))
+        'log'
+    """
+    model = _check_layer(model, "model")
+    training = check_bool(training, "training")
+    if _has_nonfinite(inputs):
+        raise ValueError("inputs: expected finite values, got NaN or Inf: no layer is to blame; "
+                         "clean the data (e.g. tf.debugging.assert_all_finite in the input pipeline)")
+    found: list[str] = []
+
+    def entering(path: str, args: tuple) -> None:
+        if not found and _has_nonfinite(args):
+            found.append(f"{model.name}.call, before {path!r}")
+
+    def leaving(path: str, output: Any) -> None:
+        if not found and _has_nonfinite(output):
+            found.append(path)
+
+    with _watching_calls(list(_layer_paths(model).values()), entering, leaving):
+        output = model(inputs, training=training)
+    if found:
+        return found[0]
+    return model.name if _has_nonfinite(output) else None
+
+
+def _gradients(model: keras.layers.Layer, inputs: Any, targets: Any, loss: Callable[..., Any],
+               training: bool) -> list[tuple[str, Any]]:
+    """(variable path, gradient or None) of a training step, output-side variables first."""
+    model = _check_layer(model, "model")
+    if not callable(loss):
+        raise TypeError(f"loss: expected a callable loss(y_true, y_pred), got {describe(loss)}")
+    training = check_bool(training, "training")
+    with tf.GradientTape() as tape:
+        value = loss(targets, model(inputs, training=training))
+        if model.losses:
+            value = value + tf.add_n(model.losses)
+    variables = list(model.trainable_variables)  # after the call, which builds an unbuilt model
+    gradients = tape.gradient(value, variables)
+    pairs = [(v.path, None if g is None else tf.convert_to_tensor(g)) for v, g in zip(variables, gradients)]
+    return pairs[::-1]
+
+
+def gradient_norms(
+    model: keras.layers.Layer, inputs: Any, targets: Any, *, loss: Callable[..., Any], training: bool = True
+) -> dict[str, float | None]:
+    """The L2 norm of each variable's gradient for one training step (forward, loss, backward).
+
+    The loss is ``loss(targets, model(inputs))`` plus the model's regularization losses.
+    Variables come in reverse creation order: for a stack of layers, the order backpropagation
+    reaches them. Norms are computed in float64, so a large but finite gradient is not
+    reported as ``inf``. Track the global norm, ``sqrt(sum(n**2))``, over steps to see
+    gradients explode before the loss does.
+
+    Args:
+        model: A Keras model or layer with trainable variables.
+        inputs: The batch's inputs.
+        targets: The batch's targets.
+        loss: ``loss(y_true, y_pred)`` returning a scalar (a Keras loss object works).
+        training: The ``training`` flag of the forward pass.
+
+    Returns:
+        ``{variable path: norm}``; ``None`` for a variable the loss does not depend on.
+
+    Raises:
+        TypeError: If ``model`` is not a Keras layer/model, ``loss`` is not callable or
+            ``training`` is not a bool.
+
+    Example:
+        >>> import numpy as np
+        >>> dense = keras.layers.Dense(1, kernel_initializer="ones", name="d")
+        >>> norms = gradient_norms(dense, np.ones((1, 2), "float32"), np.zeros((1, 1), "float32"),
+        ...                        loss=keras.losses.MeanSquaredError())
+        >>> {path: round(norm, 3) for path, norm in norms.items()}    # d/dw (2 + b)^2 = 2*2
+        {'d/bias': 4.0, 'd/kernel': 5.657}
+    """
+    return {path: None if g is None else float(tf.norm(tf.cast(g, tf.float64)))
+            for path, g in _gradients(model, inputs, targets, loss, training)}
+
+
+def first_nonfinite_gradient(
+    model: keras.layers.Layer, inputs: Any, targets: Any, *, loss: Callable[..., Any], training: bool = True
+) -> str | None:
+    """The path of the first variable, in backpropagation order, whose gradient holds NaN or Inf.
+
+    Backpropagation reaches the output-side layers first, and a NaN spreads from where it
+    appears towards the inputs, so the first non-finite gradient in this order is the one
+    closest to where it arose. A forward pass can be finite while a gradient is not (the
+    derivative of ``sqrt`` at 0 is infinite): check both.
+
+    Args:
+        model: A Keras model or layer with trainable variables.
+        inputs: The batch's inputs.
+        targets: The batch's targets.
+        loss: ``loss(y_true, y_pred)`` returning a scalar.
+        training: The ``training`` flag of the forward pass.
+
+    Returns:
+        The variable's path (``"dense_1/kernel"``), or ``None`` if all gradients are finite.
+
+    Raises:
+        TypeError: As for ``gradient_norms``.
+
+    Example:
+        >>> import numpy as np
+        >>> dense = keras.layers.Dense(1, name="d")
+        >>> first_nonfinite_gradient(dense, np.ones((1, 2), "float32"), np.zeros((1, 1), "float32"),
+        ...                          loss=lambda y, p: keras.ops.sum(keras.ops.sqrt(keras.ops.abs(p - p))))
+        'd/bias'
+    """
+    for path, gradient in _gradients(model, inputs, targets, loss, training):
+        if gradient is not None and not np.isfinite(np.asarray(gradient)).all():
+            return path
+    return None
+
+
+# ---------------------------------------------------------------- tracing
+
+
+def _describe_value(value: Any) -> str:
+    """``float32[None, 3]`` for a tensor or variable, the short repr for a Python value."""
+    if hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, np.ndarray):
+        shape = ", ".join("None" if d is None else str(d) for d in tf.TensorShape(value.shape).as_list() or [])
+        return f"{tf.as_dtype(value.dtype).name}[{shape}]"
+    if isinstance(value, np.ndarray):
+        return f"ndarray {value.dtype}{list(value.shape)}"
+    return _short(repr(value), 40)
+
+
+class TraceCounter:
+    """``tf.function(fn)`` that records every trace: how many, and with which arguments.
+
+    A ``tf.function`` runs the Python body only while tracing. Each trace appends one line to
+    ``signatures``: the arguments as the trace saw them, ``float32[None, 3]`` for a tensor
+    (``None`` where the shape is left open) and the value for a Python argument, which is
+    part of the trace's key (a new value, a new trace). Build one with ``count_traces``.
+
+    Attributes:
+        function: The underlying ``tf.function`` (``experimental_get_tracing_count()`` agrees
+            with ``traces``).
+        signatures: One line per trace, e.g. ``"x=float32[2, 3], scale=2.0"``.
+    """
+
+    def __init__(self, fn: Callable[..., Any], **tf_function_kwargs: Any) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn: expected a callable, got {describe(fn)}")
+        self.signatures: list[str] = []
+        try:
+            self._parameters: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self._parameters = None
+
+        @functools.wraps(fn)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.signatures.append(self._describe_call(args, kwargs))
+            return fn(*args, **kwargs)
+
+        self.function = tf.function(recorded, **tf_function_kwargs)
+        functools.update_wrapper(self, fn)
+
+    def _describe_call(self, args: tuple, kwargs: dict[str, Any]) -> str:
+        describe_leaves = functools.partial(tf.nest.map_structure, _describe_value)
+        try:
+            bound = self._parameters.bind(*args, **kwargs).arguments if self._parameters else None
+        except TypeError:
+            bound = None
+        if bound is None:
+            items = [str(describe_leaves(a)) for a in args] + [f"{k}={describe_leaves(v)}" for k, v in kwargs.items()]
+        else:
+            items = [f"{name}={describe_leaves(value)}".replace("'", "") for name, value in bound.items()]
+        return ", ".join(items)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    @property
+    def traces(self) -> int:
+        """How many times the function was traced."""
+        return len(self.signatures)
+
+    def __repr__(self) -> str:
+        return f"<TraceCounter {getattr(self, '__name__', 'fn')}: {self.traces} trace(s)>"
+
+
+def count_traces(fn: Callable[..., Any] | None = None, /, **tf_function_kwargs: Any) -> Any:
+    """Wrap ``fn`` in ``tf.function`` (with ``tf_function_kwargs``) and count its traces.
+
+    Use it like ``tf.function``: ``count_traces(fn)``, ``@count_traces`` or
+    ``@count_traces(reduce_retracing=True)``.
+
+    Args:
+        fn: The Python function; omitted when used as ``@count_traces(...)`` with arguments.
+        **tf_function_kwargs: Passed to ``tf.function`` (``input_signature``,
+            ``reduce_retracing``, ``jit_compile``, ...).
+
+    Returns:
+        A ``TraceCounter`` (or, without ``fn``, a decorator that makes one).
+
+    Raises:
+        TypeError: If ``fn`` is not callable.
+
+    Example:
+        >>> @count_traces
+        ... def scale(x, factor):
+        ...     return x * factor
+        >>> for factor in (1.0, 2.0, 2.0):
+        ...     _ = scale(tf.ones(3), factor)      # a Python float: one trace per new value
+        >>> scale.traces, scale.signatures[-1]
+        (2, 'x=float32[3], factor=2.0')
+    """
+    if fn is None:
+        return lambda function: TraceCounter(function, **tf_function_kwargs)
+    return TraceCounter(fn, **tf_function_kwargs)
