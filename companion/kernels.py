@@ -1,0 +1,340 @@
+"""The Gaussian blur as a compiled C++ TensorFlow op: build, load, gradient, Keras layer.
+
+Beyond the four paths of chapters 2-5: ``_kernels/blur_op.cc`` (shipped inside the package)
+defines the ops ``GaussianBlur`` and ``GaussianBlurGrad`` (its adjoint) with CPU kernels.
+``build_blur_op`` compiles it with the system C++ compiler against the installed TensorFlow's
+headers (``tf.sysconfig``) into a per-user cache, keyed by the TensorFlow version, the
+compiler and the source, so each stack builds once and later processes reuse the library.
+``load_blur_op`` loads it (``tf.load_op_library``) and registers the gradient; ``cpp_blur``
+and the ``CppGaussianBlur`` layer use it and compute what ``cv2.GaussianBlur`` and
+``companion.pyfunc.native_blur`` compute.
+
+Environment variables:
+    ``WHITE_BOX_TF_CXX``: the C++ compiler (default ``g++``).
+    ``WHITE_BOX_TF_CACHE``: the cache folder (default ``$XDG_CACHE_HOME/white-box-tf/kernels``,
+    else ``~/.cache/white-box-tf/kernels``).
+
+``python -m companion.kernels`` builds the library ahead of time and prints where it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from companion.pyfunc import _check_ksize, _check_sigma, gaussian_kernel
+
+#: The C++ source of the ops, inside the installed package.
+SOURCE = Path(__file__).with_name("_kernels") / "blur_op.cc"
+#: The compiler flags added to TensorFlow's own. They make a shared library optimised for any
+#: x86-64/ARM CPU (no ``-march=native``: a library built on one machine may run on another with the
+#: same cache).
+BUILD_FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O3", "-w")
+#: Op names registered by the library (and the gradient registered for each).
+OP_NAMES = ("GaussianBlur", "GaussianBlurGrad")
+
+
+class BuildError(RuntimeError):
+    """The op library could not be built: no compiler, no TensorFlow headers, or a compile error."""
+
+
+def cache_root() -> Path:
+    """The folder that holds one subfolder per build key (see the module docstring)."""
+    if os.environ.get("WHITE_BOX_TF_CACHE"):
+        return Path(os.environ["WHITE_BOX_TF_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "white-box-tf" / "kernels"
+
+
+def compiler() -> str:
+    """The C++ compiler to use: ``$WHITE_BOX_TF_CXX``, else ``g++``."""
+    return os.environ.get("WHITE_BOX_TF_CXX") or "g++"
+
+
+def tensorflow_flags() -> tuple[list[str], list[str]]:
+    """TensorFlow's compile flags (include folder, ABI, C++ standard) and link flags."""
+    return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
+
+
+def build_command(source: Path | str, output: Path | str, cxx: str | None = None) -> list[str]:
+    """The compiler command line that turns ``source`` into the shared library ``output``.
+
+    Example:
+        >>> build_command("blur_op.cc", "blur_op.so", "g++")[:6]
+        ['g++', '-std=c++17', '-shared', '-fPIC', '-O3', '-w']
+    """
+    compile_flags, link_flags = tensorflow_flags()
+    return [cxx or compiler(), *BUILD_FLAGS, str(source), "-o", str(output), *compile_flags, *link_flags]
+
+
+def _compiler_version(cxx: str) -> str:
+    """First line of ``cxx --version``; BuildError naming the compiler when it cannot run."""
+    path = shutil.which(cxx)
+    if path is None:
+        raise BuildError(
+            f"compiler: expected a C++ compiler on PATH, got str {cxx!r}, which is not found; install "
+            "g++ (Debian/Ubuntu/Colab: apt-get install g++) or set WHITE_BOX_TF_CXX to a compiler"
+        )
+    result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise BuildError(f"compiler: {cxx!r} --version failed: {result.stderr.strip()[:300]}")
+    return result.stdout.splitlines()[0] if result.stdout else path
+
+
+def _check_headers(compile_flags: list[str]) -> None:
+    """BuildError when TensorFlow's C++ headers are not where ``tf.sysconfig`` says they are."""
+    includes = [flag[2:] for flag in compile_flags if flag.startswith("-I")]
+    if not any((Path(folder) / "tensorflow/core/framework/op.h").is_file() for folder in includes):
+        raise BuildError(
+            f"TensorFlow's C++ headers: expected tensorflow/core/framework/op.h under {includes}, "
+            "got no such file; reinstall a TensorFlow wheel (it ships the headers)"
+        )
+
+
+def build_key(cxx: str | None = None) -> str:
+    """Hex digest of what the library depends on: TensorFlow, compiler, flags and source."""
+    cxx = cxx or compiler()
+    compile_flags, link_flags = tensorflow_flags()
+    parts = [tf.__version__, sys.platform, _compiler_version(cxx), *BUILD_FLAGS, *compile_flags,
+             *link_flags, SOURCE.read_text()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder/.lock`` (other processes building the same key wait)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the atomic os.replace below still keeps the cache consistent
+        yield
+        return
+    with open(folder / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _compile(command: list[str], output: Path) -> None:
+    """Run the compiler; BuildError with its last lines of output when it fails."""
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+        raise BuildError(f"compiling {SOURCE.name} failed (exit {result.returncode}):\n{' '.join(command)}\n{tail}")
+    if not output.is_file():
+        raise BuildError(f"compiling {SOURCE.name} produced no {output}")
+
+
+def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None) -> Path:
+    """Compile ``blur_op.cc`` into the cache unless it is already there; return the library's path.
+
+    Safe when several processes build at once (tests and notebooks run in parallel): a file
+    lock lets one compile while the others wait, and the library is written to a temporary
+    file and renamed into place, so nobody ever loads half a file.
+
+    Args:
+        cache_dir: Root of the cache (default ``cache_root()``); the library goes to
+            ``<cache_dir>/<build_key>/blur_op.so``.
+        cxx: The C++ compiler (default ``compiler()``).
+
+    Returns:
+        The path of the shared library.
+
+    Raises:
+        BuildError: If the compiler is missing, TensorFlow's headers are missing or the
+            compilation fails (the message says which, and what to do).
+
+    Example:
+        >>> build_blur_op().name
+        'blur_op.so'
+    """
+    cxx = cxx or compiler()
+    key = build_key(cxx)
+    folder = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+    folder = folder / key
+    library = folder / "blur_op.so"
+    if library.is_file():
+        return library
+    _check_headers(tensorflow_flags()[0])
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder):
+        if not library.is_file():  # another process may have built it while we waited
+            partial = folder / f"blur_op.{os.getpid()}.tmp.so"
+            try:
+                _compile(build_command(SOURCE, partial, cxx), partial)
+                os.replace(partial, library)
+            finally:
+                partial.unlink(missing_ok=True)
+    return library
+
+
+@functools.cache
+def load_blur_op() -> Any:
+    """Build (if needed) and load the op library once per process; register its gradients.
+
+    Returns:
+        The module ``tf.load_op_library`` returns, with the generated Python wrappers
+        ``gaussian_blur(images, kernel)`` and ``gaussian_blur_grad(upstream, kernel)``.
+
+    Raises:
+        BuildError: As ``build_blur_op`` (not cached: a later call tries again).
+
+    Example:
+        >>> op = load_blur_op()
+        >>> op.gaussian_blur(tf.ones([1, 4, 4, 1]), tf.constant([0.25, 0.5, 0.25])).shape
+        TensorShape([1, 4, 4, 1])
+    """
+    library = build_blur_op()
+    module = tf.load_op_library(str(library))
+    if not hasattr(module, "gaussian_blur_grad"):  # TensorFlow kept the ops registered first
+        raise BuildError(
+            f"{library}: its ops {OP_NAMES} are already registered in this process by another "
+            "library (a hand-built blur_op.so?); load only one, e.g. in a fresh process"
+        )
+    _register_gradients(module)
+    return module
+
+
+def _register_gradients(module: Any) -> None:
+    """The gradient of each op is the other op: the blur and its adjoint transpose each other."""
+    adjoint = {"GaussianBlur": module.gaussian_blur_grad, "GaussianBlurGrad": module.gaussian_blur}
+    for name, transpose in adjoint.items():
+        def gradient(op: tf.Operation, upstream: tf.Tensor, transpose: Any = transpose) -> list[Any]:
+            return [transpose(upstream, op.inputs[1]), None]  # no gradient for the kernel weights
+
+        try:
+            tf.RegisterGradient(name)(gradient)
+        except KeyError:  # already registered in this process (the module was imported twice)
+            pass
+
+
+def _float_batch(images: Any) -> tuple[tf.Tensor, int]:
+    """``images`` as a rank-4 float32/float64 tensor, and its original rank (3 or 4)."""
+    images = tf.convert_to_tensor(images)
+    if images.dtype not in (tf.float32, tf.float64):
+        raise TypeError(
+            f"images: expected dtype float32 or float64 (cast other images first), got {images.dtype.name}"
+        )
+    rank = images.shape.rank
+    if rank not in (3, 4):
+        raise ValueError(f"images: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {images.shape}")
+    return (images if rank == 4 else images[tf.newaxis]), rank
+
+
+def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
+    """Gaussian blur with the compiled ``GaussianBlur`` op, equal to ``cv2.GaussianBlur``.
+
+    Same kernel (``companion.pyfunc.gaussian_kernel``, passed to the op as a tensor) and border
+    (``BORDER_REFLECT_101``) as OpenCV and ``native_blur``. Works eagerly, in ``tf.function``,
+    in ``tf.data`` and in Keras layers, on the CPU; differentiable (the gradient is the
+    ``GaussianBlurGrad`` op). The first call in a process loads the library (``load_blur_op``),
+    compiling it if this TensorFlow has no cached build yet.
+
+    Args:
+        images: Float32 or float64 tensor or array ``(H, W, C)`` or a batch ``(N, H, W, C)``;
+            height and width must exceed ``ksize // 2``.
+        ksize: Kernel size, a positive odd int.
+        sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
+
+    Returns:
+        The blurred tensor, same shape and dtype as ``images``.
+
+    Raises:
+        TypeError: If ``images`` is not float32/float64 or ``ksize`` / ``sigma`` have the wrong type.
+        ValueError: If the rank is not 3 or 4, the image is smaller than ``ksize // 2 + 1``
+            pixels, or ``ksize`` / ``sigma`` are out of range.
+        BuildError: If the op library cannot be built.
+
+    Example:
+        >>> import numpy as np
+        >>> cpp_blur(np.ones((1, 8, 8, 3), np.float32)).shape
+        TensorShape([1, 8, 8, 3])
+    """
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    batch, rank = _float_batch(images)
+    if any(d is not None and d <= ksize // 2 for d in batch.shape[1:3]):
+        raise ValueError(
+            f"images: expected height and width > ksize // 2 = {ksize // 2} for reflect "
+            f"padding, got shape {images.shape}"
+        )
+    kernel = tf.constant(gaussian_kernel(ksize, sigma), dtype=batch.dtype)
+    blurred = load_blur_op().gaussian_blur(batch, kernel)
+    return blurred if rank == 4 else blurred[0]
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class CppGaussianBlur(keras.layers.Layer):
+    """Keras layer that blurs NHWC images with the compiled op (``cpp_blur``; no weights).
+
+    Saves to ``.keras`` like any registered layer (loading imports ``companion.kernels``, which
+    loads the library). A SavedModel exported from a model with this layer contains the
+    ``GaussianBlur`` op: the process that serves it must call ``load_blur_op()`` (or
+    ``tf.load_op_library`` on the library) before loading it, and TFLite cannot run it.
+
+    Args:
+        ksize: Kernel size, a positive odd int.
+        sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
+        **kwargs: Base layer arguments (``name``, ``dtype``, ...).
+
+    Example:
+        >>> import numpy as np
+        >>> CppGaussianBlur(ksize=3)(np.ones((2, 8, 8, 3), np.float32)).shape
+        TensorShape([2, 8, 8, 3])
+    """
+
+    def __init__(self, ksize: int = 5, sigma: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ksize = _check_ksize(ksize)
+        self.sigma = _check_sigma(sigma)
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        return cpp_blur(inputs, self.ksize, self.sigma)
+
+    def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        return input_shape
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(ksize=self.ksize, sigma=self.sigma)
+        return config
+
+
+def source_section(name: str) -> str:
+    """The part of ``blur_op.cc`` under the marker ``// ==== name ====`` (up to the next marker).
+
+    Example:
+        >>> 'REGISTER_OP("GaussianBlur")' in source_section("registration")
+        True
+    """
+    sections = re.split(r"^// ==== (.+?) ====\n", SOURCE.read_text(), flags=re.MULTILINE)
+    found = dict(zip(sections[1::2], sections[2::2]))
+    if name not in found:
+        raise ValueError(f"name: expected one of {sorted(found)}, got {name!r}")
+    return "// ==== " + name + " ====\n" + found[name].strip("\n")
+
+
+def main() -> None:
+    """``python -m companion.kernels``: build the library now (``make`` runs it), say where it is."""
+    start = time.perf_counter()
+    cached = (cache_root() / build_key() / "blur_op.so").is_file()
+    library = build_blur_op()
+    how = "cached" if cached else f"compiled in {time.perf_counter() - start:.1f} s"
+    print(f"GaussianBlur op for TensorFlow {tf.__version__}: {library} ({how})")
+
+
+if __name__ == "__main__":
+    main()

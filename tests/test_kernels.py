@@ -1,0 +1,245 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import subprocess
+import sys
+import textwrap
+
+import cv2
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from companion import kernels
+from companion.gradients import gradient_error
+from companion.kernels import BuildError, CppGaussianBlur, build_blur_op, cpp_blur, load_blur_op
+from companion.notebook import run_python
+from companion.pyfunc import gaussian_kernel, native_blur
+
+# The same (ksize, sigma) cases as chapter 3's tests (tests/test_pyfunc.py).
+PAIRS = [(1, 0.0), (3, 0.0), (5, 0.0), (7, 0.0), (9, 0.0), (11, 0.0), (5, 1.1), (7, 0.5), (9, 3.0), (15, 2.5)]
+
+
+def _images(shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).random(shape).astype(dtype)
+
+
+def _opencv(images, ksize, sigma):
+    """Independent reference: cv2.GaussianBlur image by image, default border."""
+    return np.stack([cv2.GaussianBlur(i, (ksize, ksize), sigma).reshape(i.shape) for i in images])
+
+
+def _blur_matrix(op, kernel, shape):
+    """The dense matrix of a linear op on images of ``shape``, column by column."""
+    size = int(np.prod(shape))
+    columns = [op(np.eye(size)[i].reshape(shape), kernel).numpy().ravel() for i in range(size)]
+    return np.stack(columns, axis=1)
+
+
+@pytest.mark.parametrize("ksize, sigma", PAIRS)
+def test_cpp_blur_matches_opencv_and_native_rank4_including_borders(ksize, sigma):
+    images = _images((3, 19, 23, 3))
+    got = cpp_blur(images, ksize, sigma).numpy()
+    expected = _opencv(images, ksize, sigma)
+    assert np.abs(got - expected).max() < 1e-5
+    assert np.abs(got - native_blur(images, ksize, sigma).numpy()).max() < 1e-5
+    border = np.ones(got.shape[1:3], bool)
+    border[ksize // 2 : -(ksize // 2) or None, ksize // 2 : -(ksize // 2) or None] = False
+    if ksize > 1:
+        assert np.abs(got[:, border] - expected[:, border]).max() < 1e-5
+
+
+@pytest.mark.parametrize("ksize, sigma", [(3, 0.0), (5, 0.0), (9, 2.0)])
+@pytest.mark.parametrize("channels", [1, 4])
+def test_cpp_blur_matches_opencv_rank3(ksize, sigma, channels):
+    image = _images((16, 12, channels), seed=1)
+    got = cpp_blur(image, ksize, sigma)
+    assert got.shape == image.shape
+    expected = cv2.GaussianBlur(image, (ksize, ksize), sigma).reshape(image.shape)
+    assert np.abs(got.numpy() - expected).max() < 1e-5
+
+
+def test_float64_and_unknown_shape_in_tf_function():
+    images = _images((2, 10, 14, 2), dtype=np.float64)
+    spec = tf.TensorSpec([None, None, None, 2], tf.float64)
+    traced = tf.function(lambda x: cpp_blur(x, 7, 1.5), input_signature=[spec])
+    assert traced.get_concrete_function().output_shapes.as_list() == [None, None, None, 2]  # shape fn
+    got = traced(images).numpy()
+    assert got.dtype == np.float64
+    assert np.abs(got - _opencv(images, 7, 1.5)).max() < 1e-12
+
+
+def test_smallest_images_and_empty_batch():
+    image = _images((3, 3, 1))  # height = width = ksize // 2 + 1: every output pixel is a border pixel
+    assert np.abs(cpp_blur(image, 5).numpy() - cv2.GaussianBlur(image, (5, 5), 0)[..., None]).max() < 1e-6
+    assert cpp_blur(np.zeros((0, 8, 8, 3), np.float32)).shape == (0, 8, 8, 3)
+
+
+def test_in_tf_data():
+    images = _images((4, 20, 18, 3))
+    dataset = tf.data.Dataset.from_tensor_slices(images).map(lambda x: cpp_blur(x, 7, 2.0))
+    assert dataset.element_spec.shape == (20, 18, 3)  # the shape function keeps the static shape
+    got = np.stack([x.numpy() for x in dataset])
+    assert np.abs(got - _opencv(images, 7, 2.0)).max() < 1e-5
+
+
+@pytest.mark.parametrize("ksize, shape", [(3, (1, 5, 6, 2)), (5, (2, 4, 7, 1)), (7, (1, 6, 4, 1))])
+def test_gradient_matches_finite_differences_float64(ksize, shape):
+    # Small images: most pixels are border pixels, where the adjoint differs from the blur.
+    x = _images(shape, seed=2, dtype=np.float64)
+    assert gradient_error(lambda t: cpp_blur(t, ksize, 1.3), x) < 1e-9
+
+
+def test_adjoint_is_the_transpose_even_for_an_asymmetric_kernel():
+    op = load_blur_op()
+    kernel = np.array([0.1, 0.5, 0.2, 0.15, 0.05])
+    blur = _blur_matrix(op.gaussian_blur, kernel, (1, 6, 7, 2))
+    adjoint = _blur_matrix(op.gaussian_blur_grad, kernel, (1, 6, 7, 2))
+    np.testing.assert_allclose(adjoint, blur.T, rtol=0, atol=1e-15)
+    assert np.abs(blur - blur.T).max() > 0.1  # so the blur is NOT its own adjoint at the borders
+
+
+def test_gradient_of_the_gradient_and_against_native_blur():
+    x = tf.constant(_images((2, 9, 8, 3), seed=3, dtype=np.float64))
+    upstream = tf.constant(_images((2, 9, 8, 3), seed=4, dtype=np.float64))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        ours = tf.reduce_sum(cpp_blur(x, 5, 1.0) * upstream)
+        theirs = tf.reduce_sum(native_blur(x, 5, 1.0) * upstream)
+    np.testing.assert_allclose(tape.gradient(ours, x), tape.gradient(theirs, x), rtol=0, atol=1e-12)
+    assert gradient_error(lambda t: load_blur_op().gaussian_blur_grad(t, gaussian_kernel(3)), _images((1, 4, 5, 1))) < 1e-9
+
+
+# Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back as a list.
+@pytest.mark.filterwarnings("ignore:The structure of `inputs` doesn't match:UserWarning")
+def test_layer_trains_saves_and_loads_in_a_fresh_process(tmp_path):
+    keras.utils.set_random_seed(0)
+    images = _images((8, 16, 16, 3))
+    inputs = keras.Input((16, 16, 3))
+    x = CppGaussianBlur(ksize=7, sigma=1.3, name="blur")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(x)))
+    model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensor_slices((images, np.zeros((8, 2), np.float32))).batch(4)
+    model.fit(data, epochs=1, shuffle=False, verbose=0)  # gradients flow through the op
+    expected = model(images).numpy()
+    blurred = keras.Model(inputs, model.get_layer("blur").output)(images).numpy()
+    assert np.abs(blurred - _opencv(images, 7, 1.3)).max() < 1e-5
+    model.save(tmp_path / "m.keras")
+    model.export(tmp_path / "exported", verbose=False)
+    np.save(tmp_path / "x.npy", images)
+    np.save(tmp_path / "y.npy", expected)
+    code = textwrap.dedent(f"""
+        import numpy as np, tensorflow as tf
+        root = {str(tmp_path)!r}
+        x, y = np.load(root + "/x.npy"), np.load(root + "/y.npy")
+        try:
+            tf.saved_model.load(root + "/exported")
+        except Exception as error:
+            print("without the library:", "Op type not registered 'GaussianBlur'" in str(error))
+        from companion.kernels import load_blur_op
+        load_blur_op()
+        loaded = tf.saved_model.load(root + "/exported")  # keep a reference while calling it
+        served = loaded.serve(x).numpy()
+        print("exported:", np.abs(served - y).max() < 1e-6)
+        import keras
+        restored = keras.saving.load_model(root + "/m.keras")
+        print("keras:", np.abs(restored(x).numpy() - y).max() < 1e-6, restored.get_layer("blur").ksize)
+    """)
+    result = run_python(code)
+    assert result.stdout.split() == "without the library: True exported: True keras: True 7".split(), result.stderr[-2000:]
+
+
+def test_tflite_cannot_run_the_op(tmp_path):
+    inputs = keras.Input((8, 8, 1))
+    keras.Model(inputs, CppGaussianBlur()(inputs)).export(tmp_path / "m", verbose=False)
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "m"))
+    with pytest.raises(Exception, match="GaussianBlur"):  # the converter's ConverterError is not public API
+        converter.convert()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"ksize": 4}, ValueError, "ksize: expected an odd int >= 1, got int 4"),
+        ({"ksize": 0}, ValueError, "ksize"),
+        ({"ksize": 5.0}, TypeError, "ksize"),
+        ({"sigma": -1.0}, ValueError, "sigma"),
+        ({"images": np.zeros((8, 8, 3), np.int32)}, TypeError, "images: expected dtype float32 or float64"),
+        ({"images": np.zeros((8, 8, 3), np.float16)}, TypeError, "got float16"),
+        ({"images": np.zeros((8, 8), np.float32)}, ValueError, "images: expected rank 3"),
+        ({"images": np.zeros((1, 2, 8, 8, 3), np.float32)}, ValueError, "images: expected rank 3"),
+        ({"images": np.zeros((8, 2, 3), np.float32)}, ValueError, "ksize // 2 = 2"),
+    ],
+)
+def test_bad_input_raises_clear_errors(kwargs, error, match):
+    arguments = {"images": _images((8, 8, 3)), **kwargs}
+    with pytest.raises(error, match=match):
+        cpp_blur(**arguments)
+
+
+def test_the_kernel_checks_its_inputs_too():
+    op = load_blur_op()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="kernel: expected rank 1 with an odd length"):
+        op.gaussian_blur(_images((1, 8, 8, 1)), np.ones(4, np.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="images: expected height and width > ksize // 2"):
+        op.gaussian_blur(_images((1, 2, 8, 1)), np.ones(5, np.float32))
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="rank 4|must be rank 4"):
+        op.gaussian_blur(_images((8, 8, 1)), np.ones(5, np.float32))
+    with pytest.raises(ValueError, match="ksize"):
+        CppGaussianBlur(ksize=2)
+
+
+def test_missing_compiler_and_headers_say_what_is_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("WHITE_BOX_TF_CXX", "no-such-compiler-g++")
+    with pytest.raises(BuildError, match="no-such-compiler-g\\+\\+.*not found.*apt-get install g\\+\\+"):
+        build_blur_op(cache_dir=tmp_path)
+    monkeypatch.delenv("WHITE_BOX_TF_CXX")
+    monkeypatch.setattr(kernels, "tensorflow_flags", lambda: (["-I/nowhere/include"], []))
+    with pytest.raises(BuildError, match="TensorFlow's C\\+\\+ headers.*/nowhere/include"):
+        build_blur_op(cache_dir=tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing half-built is left behind
+
+
+def test_compile_errors_are_reported_with_the_compiler_output(monkeypatch, tmp_path):
+    broken = tmp_path / "broken.cc"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setattr(kernels, "SOURCE", broken)
+    with pytest.raises(BuildError, match="compiling broken.cc failed"):
+        build_blur_op(cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache").rglob("*.so"))
+
+
+def test_concurrent_builds_compile_once_and_the_cache_is_reused(monkeypatch, tmp_path):
+    # Two processes build into an empty cache at once: one compiles, the other waits and reuses.
+    code = "from companion.kernels import build_blur_op; print(build_blur_op())"
+    env = {**os.environ, "WHITE_BOX_TF_CACHE": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    children = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=env) for _ in range(2)]
+    outputs = [child.communicate(timeout=300) for child in children]
+    assert all(child.returncode == 0 for child in children), [err[-1000:] for _, err in outputs]
+    paths = {out.strip() for out, _ in outputs}
+    assert len(paths) == 1
+    library = paths.pop()
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"] == ["blur_op.so"]
+    # A second build with the same key does not run the compiler.
+    monkeypatch.setattr(kernels, "_compile", lambda *args: pytest.fail("recompiled a cached library"))
+    assert str(build_blur_op(cache_dir=tmp_path)) == library
+    monkeypatch.setenv("WHITE_BOX_TF_CACHE", str(tmp_path))
+    assert str(build_blur_op()) == library
+
+
+def test_cache_key_depends_on_the_source(monkeypatch, tmp_path):
+    key = kernels.build_key()
+    changed = tmp_path / "blur_op.cc"
+    changed.write_text(kernels.SOURCE.read_text() + "\n// changed\n")
+    monkeypatch.setattr(kernels, "SOURCE", changed)
+    assert kernels.build_key() != key
+
+
+def test_source_sections_and_unknown_section():
+    assert 'REGISTER_OP("GaussianBlurGrad")' in kernels.source_section("registration")
+    assert "OP_REQUIRES" in kernels.source_section("kernel")
+    with pytest.raises(ValueError, match="name: expected one of"):
+        kernels.source_section("nothing")
