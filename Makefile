@@ -17,7 +17,7 @@ COLAB_INSTALLED := $(COLAB_VENV)/.installed
 COLAB_TOOLS := pytest pytest-xdist nbval nbclient ipykernel nbformat pyyaml
 COLAB_PYTHON ?= $(shell tools/find_python.sh $(shell sed -n 's/^# python: *//p' $(COLAB_STACK)))
 
-.PHONY: help venv book test unit notebooks test-colab bench check-template stamp execute clean
+.PHONY: help venv book test unit notebooks test-colab bench kernels check-template stamp execute clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
@@ -25,6 +25,7 @@ help:
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
 	@echo "make unit        unit tests and docstring examples only"
 	@echo "make bench       the headline benchmarks: a table, and _build/bench.json"
+	@echo "make kernels     compile chapter 11's C++ op into the per-user cache (needs g++)"
 	@echo "make execute     re-run every notebook in place, storing the outputs nbval sees (NB=... for one)"
 	@echo "make stamp       write the current setup cell into every notebook"
 
@@ -43,13 +44,13 @@ book: $(INSTALLED)
 
 # The book is built first: tests/test_pages.py checks the built pages (Colab links, outputs).
 # One pytest run: unit tests, the docstring examples of the companion, every notebook, the pages.
-test: $(INSTALLED) check-template book
+test: $(INSTALLED) check-template kernels book
 	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) tests companion book
 
-unit: $(INSTALLED)
+unit: $(INSTALLED) kernels
 	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules $(UNIT_TESTS) companion
 
-notebooks: $(INSTALLED)
+notebooks: $(INSTALLED) kernels
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_NOTEBOOK_FLAGS) book
 
 # Colab's stack first, then the companion exactly as the notebooks' setup cell installs it there
@@ -72,10 +73,17 @@ test-colab: $(COLAB_INSTALLED)
 	$(COLAB_BIN)/python -m pip install -q --no-deps --force-reinstall .
 	$(COLAB_BIN)/python tools/check_stack.py $(COLAB_STACK)
 	cd book && ../$(COLAB_BIN)/python -c "import companion; assert 'site-packages' in companion.__file__, companion.__file__"
+	cd book && TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB_BIN)/python -m companion.kernels
 	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) $(UNIT_TESTS) book --pyargs companion
 
+# Chapter 11's compiled op (companion.kernels), built ahead of time once per TensorFlow version into
+# the per-user cache ($$WHITE_BOX_TF_CACHE, default ~/.cache/white-box-tf/kernels) that the tests
+# and notebooks load it from. Without g++ it stops with a message that says so.
+kernels: $(INSTALLED)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m companion.kernels
+
 # Speed ratios measured side by side in one run (never in the timed unit tests).
-bench: $(INSTALLED)
+bench: $(INSTALLED) kernels
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m companion.bench
 
 check-template: $(INSTALLED)

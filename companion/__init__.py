@@ -12,7 +12,10 @@ stays cheap and never imports TensorFlow by itself::
     from companion.gradients import clipped_identity, gradient_error  # chapter 5
     from companion.models import functional_multimodal, MultiModalModel  # chapter 6
     from companion.training import fit, make_train_step             # chapter 7
-    from companion.bench import time_call                           # timing (make bench)
+    from companion.optimizers import AdamW, TransformGradients      # chapter 8
+    from companion.diagnostics import check_roundtrip, first_nonfinite  # chapter 9
+    from companion.bench import time_call, compare                  # chapter 10 (make bench)
+    from companion.kernels import cpp_blur                          # chapter 11 (needs g++)
 """
 
 __version__ = "0.1.0"

@@ -1,21 +1,46 @@
 """Timing harness for the book's measurements: warm-up, repeats, median and spread.
 
 Chapters time things side by side in one run and report ratios, because absolute times on
-a shared machine vary. ``time_call`` is the one way they do it. The result of every timed
+a shared machine vary: ``time_call`` times one function, ``compare`` several in turns. The result of every timed
 call is fetched to the host (``.numpy()``), so asynchronous GPU work is counted, and the
 device is an argument: the GPU path is the CPU path with another device string.
+
+Chapter 10's experiments build on ``compare`` (several calls timed side by side, alternating)
+and return rows (name, device, sizes, medians, spreads, reference, ratio): the blur through
+``py_function`` against ``native_blur`` as an op, inside a model and in a ``tf.data`` pipeline
+(``blur_op``, ``blur_in_model``, ``blur_pipeline``, each taking a mapping of blur methods);
+eager vs ``tf.function`` vs XLA training steps (``training_step_modes``); a per-image loop vs
+``tf.vectorized_map`` vs batched ops (``per_example_vs_batched``). Sizes scale with the device
+(``default_sizes``). ``python -m companion.bench`` (``make bench``) runs the headline ones with
+chapters 7 and 8's measures, prints a table and writes ``_build/bench.json``.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from companion._checks import check_int
+import numpy as np
+
+from companion._checks import check_int, check_real, describe
+
+#: Problem sizes per device type (``default_sizes``): modest on a CPU, so that the book's cells
+#: and ``make bench`` stay quick on 2 cores; larger on a GPU, where small problems measure
+#: only the launch overhead.
+SIZES = {
+    "CPU": {"image_sizes": (32, 64, 128, 256), "batch_size": 16, "image_size": 64, "examples": 256,
+            "batch_sizes": (8, 32, 128), "per_image_size": 16},
+    "GPU": {"image_sizes": (64, 128, 256, 512), "batch_size": 64, "image_size": 128, "examples": 2048,
+            "batch_sizes": (32, 128, 512), "per_image_size": 32},
+}
+#: ``python -m companion.bench --quick``: tiny sizes that check the whole run in seconds.
+QUICK_SIZES = {"image_sizes": (16, 32), "batch_size": 2, "image_size": 16, "examples": 8, "batch_sizes": (4,),
+               "per_image_size": 8}
 
 
 @dataclass(frozen=True)
@@ -103,10 +128,15 @@ def time_call(
             for _ in range(number):
                 fetch(fn(*args))
             times.append((time.perf_counter() - start) / number)
+    return _timing(times, number, device)
+
+
+def _timing(times: list[float], number: int, device: str | None) -> Timing:
+    """The ``Timing`` of repeats that took ``times`` seconds per call each."""
     median = statistics.median(times)
-    quartiles = statistics.quantiles(times, n=4, method="inclusive") if repeats > 1 else [median] * 3
+    quartiles = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [median] * 3
     spread = (quartiles[2] - quartiles[0]) / median if median > 0 else 0.0
-    return Timing(median, min(times), spread, repeats, number, device)
+    return Timing(median, min(times), spread, len(times), number, device)
 
 
 def _device_scope(device: str | None) -> Any:
@@ -285,20 +315,636 @@ def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, 
                   {"batch_size": batch_size, "steps": steps, "repeats": repeats})
 
 
-def _entry(name: str, custom: float, reference: float, unit: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """One measure as ``make bench`` reports it (and writes to ``_build/bench.json``)."""
+# ---------------------------------------------------------------------------------------------
+# Side-by-side measurements and the experiments of chapter 10. Each experiment returns rows:
+# dicts with ``name``, ``device``, ``sizes``, ``medians`` and ``spreads`` (seconds and relative
+# spread per method), ``reference`` (the method the others are divided by) and ``ratio``.
+
+
+def default_device() -> str:
+    """``"/GPU:0"`` when TensorFlow sees a GPU, else ``"/CPU:0"``."""
+    from companion.notebook import gpu_available
+
+    return "/GPU:0" if gpu_available() else "/CPU:0"
+
+
+def _resolve(device: str | None) -> str:
+    """``device``, checked against the devices TensorFlow has (``None``: ``default_device()``)."""
+    device = default_device() if device is None else device
+    _device_scope(device)  # raises TypeError / ValueError for a bad or unknown device
+    return device
+
+
+def default_sizes(device: str | None = None) -> dict[str, Any]:
+    """The experiments' default problem sizes on ``device``: ``SIZES["GPU"]`` or ``SIZES["CPU"]``.
+
+    Args:
+        device: A device string such as ``"/CPU:0"`` or ``"/GPU:0"``; ``None``: ``default_device()``.
+
+    Returns:
+        A new dict with ``image_sizes``, ``batch_size``, ``image_size``, ``examples``, ``batch_sizes``
+        and ``per_image_size`` (the image size of ``per_example_vs_batched``).
+
+    Raises:
+        TypeError, ValueError: If ``device`` is not a device string TensorFlow has.
+
+    Example:
+        >>> default_sizes("/CPU:0")["image_sizes"]
+        (32, 64, 128, 256)
+    """
+    import tensorflow as tf
+
+    kind = (tf.DeviceSpec.from_string(_resolve(device)).device_type or "CPU").upper()
+    return dict(SIZES["GPU" if kind == "GPU" else "CPU"])
+
+
+def compare(
+    calls: Mapping[str, Callable[[], Any]], *, repeats: int = 5, device: str | None = None, target: float = 0.02
+) -> dict[str, Timing]:
+    """Time several calls side by side, alternating: each round runs every call once in turn.
+
+    On a shared machine the load changes from second to second; alternating spreads it over
+    all the calls alike, so their ratios are steadier than their times. Each call gets one
+    untimed warm-up (tracing, compilation), then one timed call that sets how many calls make
+    one round of it (about ``target`` seconds, between 1 and 1000), then ``repeats`` rounds.
+    Results are fetched to the host (``fetch``).
+
+    Args:
+        calls: Method name -> function of no arguments (close over the inputs).
+        repeats: Rounds (>= 1); each call's median is over them.
+        device: Device string to run under (as ``time_call``); ``None`` leaves placement to TensorFlow.
+        target: Seconds one round of a call should last (> 0).
+
+    Returns:
+        Method name -> ``Timing`` (seconds per call), in the order of ``calls``.
+
+    Raises:
+        TypeError: If ``calls`` is not a mapping of callables or a setting has the wrong type.
+        ValueError: If ``calls`` is empty, a setting is out of range or the device is unknown.
+
+    Example:
+        >>> timings = compare({"short": lambda: time.sleep(0.001), "long": lambda: time.sleep(0.003)}, repeats=3)
+        >>> timings["long"].median > timings["short"].median
+        True
+    """
+    calls = _check_calls(calls, "calls")
+    repeats = check_int(repeats, "repeats", minimum=1)
+    target = check_real(target, "target", above=0)
+    with _device_scope(device):
+        for call in calls.values():
+            fetch(call())
+        numbers = {name: _calls_per_round(call, target) for name, call in calls.items()}
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(repeats):
+            for name, call in calls.items():
+                start = time.perf_counter()
+                for _ in range(numbers[name]):
+                    fetch(call())
+                times[name].append((time.perf_counter() - start) / numbers[name])
+    return {name: _timing(times[name], numbers[name], device) for name in calls}
+
+
+def _check_calls(calls: Any, name: str) -> dict[str, Callable[..., Any]]:
+    if not isinstance(calls, Mapping) or not all(callable(call) for call in calls.values()):
+        raise TypeError(f"{name}: expected a mapping of names to callables, got {describe(calls)}")
+    if not calls:
+        raise ValueError(f"{name}: expected at least one entry, got an empty {type(calls).__name__}")
+    return dict(calls)
+
+
+def _calls_per_round(call: Callable[[], Any], target: float) -> int:
+    """How many calls of ``call`` last about ``target`` seconds (one timed call decides)."""
+    start = time.perf_counter()
+    fetch(call())
+    return max(1, min(1000, round(target / max(time.perf_counter() - start, 1e-9))))
+
+
+def _row(name: str, device: str, sizes: dict[str, Any], timings: Mapping[str, Timing], reference: str) -> dict[str, Any]:
+    """One experiment row: medians and spreads per method, and each median / the reference's."""
+    medians = {method: timing.median for method, timing in timings.items()}
+    return {
+        "name": name,
+        "device": device,
+        "sizes": dict(sizes),
+        "medians": medians,
+        "spreads": {method: timing.spread for method, timing in timings.items()},
+        "reference": reference,
+        "ratio": {method: median / medians[reference] for method, median in medians.items()},
+    }
+
+
+def _describe_sizes(sizes: Mapping[str, Any]) -> str:
+    """``{"batch_size": 16, "image_size": 64}`` -> ``"batch 16, 64x64"``."""
+    words = {"batch_size": "batch {}", "image_size": "{0}x{0}", "examples": "{} examples"}
+    return ", ".join(words.get(key, key + " {}").format(value) for key, value in sizes.items())
+
+
+def _measure(
+    name: str, device: str, sizes: dict[str, Any], calls: Mapping[str, Callable[[], Any]], reference: str,
+    *, repeats: int, progress: bool, scope: str | None = None,
+) -> dict[str, Any]:
+    """Compare ``calls`` (under ``scope``, default ``device``) and build the row; print it if ``progress``."""
+    row = _row(name, device, sizes, compare(calls, repeats=repeats, device=scope or device), reference)
+    if progress:
+        times = ", ".join(f"{method} {median * 1e3:.3g} ms" for method, median in row["medians"].items())
+        print(f"  {name}, {_describe_sizes(sizes)}: {times}", flush=True)
+    return row
+
+
+def default_blur_methods() -> dict[str, Callable[..., Any]]:
+    """The blurs compared by default: ``py_function`` (OpenCV) and ``native`` (TensorFlow ops).
+
+    Both take ``(images, ksize=5, sigma=0.0)`` with NHWC or HWC float images; add another blur
+    with the same signature to the returned dict to compare it too.
+    """
+    from companion.pyfunc import native_blur, py_function_blur
+
+    return {"py_function": py_function_blur, "native": native_blur}
+
+
+def _check_methods(methods: Mapping[str, Callable[..., Any]] | None, reference: str) -> dict[str, Callable[..., Any]]:
+    methods = default_blur_methods() if methods is None else _check_calls(methods, "methods")
+    if reference not in methods:
+        raise ValueError(f"reference: expected one of the methods {list(methods)}, got {describe(reference)}")
+    return methods
+
+
+def _check_sizes(sizes: Any, name: str) -> tuple[int, ...]:
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes:
+        raise TypeError(f"{name}: expected a non-empty sequence of ints >= 8, got {describe(sizes)}")
+    return tuple(check_int(size, name, minimum=8) for size in sizes)
+
+
+def _setting(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _random_images(count: int, size: int, seed: int) -> np.ndarray:
+    """``count`` float32 RGB images ``size x size`` in [0, 1) (a blur's time does not depend on content)."""
+    return np.random.default_rng(seed).random((count, size, size, 3), dtype=np.float32)
+
+
+def _on(device: str, array: np.ndarray) -> Any:
+    """``array`` as a tensor in ``device``'s memory."""
+    import tensorflow as tf
+
+    with tf.device(device):
+        return tf.identity(array)
+
+
+def blur_op(
+    methods: Mapping[str, Callable[..., Any]] | None = None,
+    *,
+    image_sizes: Sequence[int] | None = None,
+    batch_size: int | None = None,
+    reference: str = "native",
+    device: str | None = None,
+    repeats: int = 5,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Time each blur on one batch of images already in ``device``'s memory, per image size.
+
+    Each method runs as a ``tf.function`` (one call per batch) and its result is fetched to
+    the host. ``py_function`` pays the trip into Python and OpenCV's loop over the images;
+    on a GPU also the copies of the batch to the host and back.
+
+    Args:
+        methods: Name -> blur ``fn(images)`` (NHWC float32); ``None``: ``default_blur_methods()``.
+        image_sizes: Image heights = widths (ints >= 8); ``None``: ``default_sizes(device)``.
+        batch_size: Images per batch (>= 1); ``None``: the device's default.
+        reference: The method every ratio divides by.
+        device: Device string; ``None``: ``default_device()``.
+        repeats: Alternating rounds (>= 1).
+        seed: Seed of the random images.
+        progress: Print each row as it is measured.
+
+    Returns:
+        One row per image size (name ``"blur op"``); ``ratio[m]`` = median of m / median of ``reference``.
+
+    Raises:
+        TypeError, ValueError: For a bad method mapping, size, count or device, or an unknown ``reference``.
+
+    Example:
+        >>> rows = blur_op(image_sizes=[8], batch_size=1, device="/CPU:0", repeats=1)
+        >>> rows[0]["ratio"]["native"], sorted(rows[0]["medians"])
+        (1.0, ['native', 'py_function'])
+    """
+    import tensorflow as tf
+
+    device = _resolve(device)
+    sizes = default_sizes(device)
+    methods = _check_methods(methods, reference)
+    image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
+    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
+    graphs = {name: tf.function(method) for name, method in methods.items()}
+    rows = []
+    for size in image_sizes:
+        images = _on(device, _random_images(batch_size, size, seed))
+        calls = {name: functools.partial(graph, images) for name, graph in graphs.items()}
+        rows.append(_measure("blur op", device, {"batch_size": batch_size, "image_size": size}, calls, reference,
+                             repeats=repeats, progress=progress))
+    return rows
+
+
+def _small_model(kind: str, image_size: int, seed: int) -> Any:
+    """A small Keras classifier of ``image_size`` RGB images into 10 classes: ``"mlp"`` or ``"cnn"``."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    layers = keras.layers
+    body = ([layers.Flatten(), layers.Dense(128, activation="relu"), layers.Dense(128, activation="relu")]
+            if kind == "mlp" else
+            [layers.Conv2D(16, 3, padding="same", activation="relu"), layers.MaxPooling2D(),
+             layers.Conv2D(32, 3, padding="same", activation="relu"), layers.GlobalAveragePooling2D()])
+    return keras.Sequential([keras.Input((image_size, image_size, 3)), *body, layers.Dense(10)])
+
+
+def blur_in_model(
+    methods: Mapping[str, Callable[..., Any]] | None = None,
+    *,
+    image_sizes: Sequence[int] | None = None,
+    batch_size: int | None = None,
+    reference: str = "native",
+    device: str | None = None,
+    repeats: int = 5,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Time a model's forward pass with each blur as its first step, on ``device``, per image size.
+
+    The model (blur, then the small CNN of ``training_step_modes``, the same weights for every
+    method) runs as one ``tf.function`` with its input and weights on the device. Here the
+    blur's input is the device's tensor: on a GPU, ``py_function`` must wait for the GPU,
+    copy the batch to the host, run OpenCV while the GPU idles and copy the result back.
+
+    Args:
+        methods: As in ``blur_op``.
+        image_sizes: As in ``blur_op``.
+        batch_size: As in ``blur_op``.
+        reference: As in ``blur_op``.
+        device: As in ``blur_op``.
+        repeats: As in ``blur_op``.
+        seed: As in ``blur_op``.
+        progress: As in ``blur_op``.
+
+    Returns:
+        One row per image size (name ``"blur in model"``).
+
+    Raises:
+        TypeError, ValueError: As ``blur_op``.
+
+    Example:
+        >>> rows = blur_in_model(image_sizes=[8], batch_size=1, device="/CPU:0", repeats=1)
+        >>> rows[0]["name"], rows[0]["sizes"]
+        ('blur in model', {'batch_size': 1, 'image_size': 8})
+    """
+    import tensorflow as tf
+
+    device = _resolve(device)
+    sizes = default_sizes(device)
+    methods = _check_methods(methods, reference)
+    image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
+    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
+    rows = []
+    for size in image_sizes:
+        with tf.device(device):
+            head = _small_model("cnn", size, seed)
+        images = _on(device, _random_images(batch_size, size, seed))
+        calls = {name: functools.partial(tf.function(lambda x, blur=blur: head(blur(x), training=False)), images)
+                 for name, blur in methods.items()}
+        rows.append(_measure("blur in model", device, {"batch_size": batch_size, "image_size": size}, calls,
+                             reference, repeats=repeats, progress=progress))
+    return rows
+
+
+def _train_step(model: Any, mode: str) -> Callable[[Any, Any], Any]:
+    """A training step of ``model`` (Adam, cross-entropy on logits): eager, ``tf.function`` or XLA."""
     import keras
     import tensorflow as tf
 
-    from companion.notebook import gpu_available
+    optimizer = keras.optimizers.Adam(1e-3)
+    optimizer.build(model.trainable_variables)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
+    def step(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            value = loss(y, model(x, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(value, model.trainable_variables), model.trainable_variables))
+        return value
+
+    return step if mode == "eager" else tf.function(step, jit_compile=mode == "XLA")
+
+
+def blur_pipeline(
+    methods: Mapping[str, Callable[..., Any]] | None = None,
+    *,
+    image_size: int | None = None,
+    examples: int | None = None,
+    batch_size: int | None = None,
+    reference: str = "native",
+    device: str | None = None,
+    repeats: int = 5,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Time one epoch of a ``tf.data`` pipeline that blurs each image, alone and feeding training.
+
+    The pipeline maps each method over single images, batches and prefetches (``tf.data``
+    runs on the CPU whatever the device). Row 1 reads the epoch; row 2 also runs a compiled
+    training step of the small CNN (``training_step_modes``) on ``device`` per batch. When
+    the training step is the slower part, prefetching hides the blur and the ratio moves
+    towards 1: that is where ``py_function``'s cost does not matter.
+
+    Args:
+        methods: As in ``blur_op``.
+        reference: As in ``blur_op``.
+        device: As in ``blur_op``.
+        repeats: As in ``blur_op``.
+        seed: As in ``blur_op``.
+        progress: As in ``blur_op``.
+        image_size: Image height = width (>= 8); ``None``: the device's default.
+        examples: Images per epoch (>= batch_size); ``None``: the device's default.
+        batch_size: Images per batch (>= 1); ``None``: the device's default.
+
+    Returns:
+        Two rows, ``"tf.data pipeline"`` and ``"pipeline + training step"`` (seconds per epoch).
+
+    Raises:
+        TypeError, ValueError: As ``blur_op``, or if ``examples < batch_size``.
+
+    Example:
+        >>> rows = blur_pipeline(image_size=8, examples=4, batch_size=2, device="/CPU:0", repeats=1)
+        >>> [row["name"] for row in rows]
+        ['tf.data pipeline', 'pipeline + training step']
+    """
+    import tensorflow as tf
+
+    device = _resolve(device)
+    sizes = default_sizes(device)
+    methods = _check_methods(methods, reference)
+    image_size = check_int(_setting(image_size, sizes["image_size"]), "image_size", minimum=8)
+    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
+    examples = check_int(_setting(examples, sizes["examples"]), "examples", minimum=batch_size)
+    images = _random_images(examples, image_size, seed)
+    labels = np.random.default_rng(seed).integers(0, 10, examples)
+    with tf.device(device):
+        step = _train_step(_small_model("cnn", image_size, seed), "tf.function")
+
+    def pipeline(blur: Callable[..., Any]) -> Any:
+        data = tf.data.Dataset.from_tensor_slices((images, labels))
+        return data.map(lambda x, y: (blur(x), y)).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+    def read(data: Any) -> Any:
+        for batch in data:
+            pass
+        return batch
+
+    def train(data: Any) -> Any:
+        for x, y in data:
+            with tf.device(device):
+                value = step(x, y)
+        return value
+
+    settings = {"batch_size": batch_size, "image_size": image_size, "examples": examples}
+    pipelines = {name: pipeline(blur) for name, blur in methods.items()}
+    return [_measure(name, device, settings, {method: functools.partial(consume, data)
+                                              for method, data in pipelines.items()},
+                     reference, repeats=repeats, progress=progress, scope="/CPU:0")
+            for name, consume in [("tf.data pipeline", read), ("pipeline + training step", train)]]
+
+
+#: The modes ``training_step_modes`` compares; ``"tf.function"`` is the reference.
+STEP_MODES = ("eager", "tf.function", "XLA")
+
+
+def training_step_modes(
+    *,
+    models: Sequence[str] = ("mlp", "cnn"),
+    image_size: int | None = None,
+    batch_size: int | None = None,
+    device: str | None = None,
+    repeats: int = 5,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Time one training step eagerly, as a ``tf.function`` and compiled with XLA, per model.
+
+    Each mode trains its own copy of the model (same initial weights, Adam, cross-entropy)
+    on one batch in ``device``'s memory. An MLP (two ``Dense(128)`` layers) does little work
+    per op, so the per-op cost of eager execution dominates; the CNN (two small convolutions)
+    does more work per op, and XLA's fusion has less to save there.
+
+    Args:
+        models: Which models: ``"mlp"`` and/or ``"cnn"``.
+        image_size: Image height = width (>= 8); ``None``: the device's default.
+        batch_size: Examples per step (>= 1); ``None``: the device's default.
+        device: As in ``blur_op``.
+        repeats: As in ``blur_op``.
+        seed: As in ``blur_op``.
+        progress: As in ``blur_op``.
+
+    Returns:
+        One row per model (name ``"<model> training step"``); the reference is ``"tf.function"``.
+
+    Raises:
+        TypeError, ValueError: For an unknown model, a bad size, count or device.
+
+    Example:
+        >>> rows = training_step_modes(models=["mlp"], image_size=8, batch_size=2, device="/CPU:0", repeats=1)
+        >>> list(rows[0]["medians"]), rows[0]["reference"]
+        (['eager', 'tf.function', 'XLA'], 'tf.function')
+    """
+    import tensorflow as tf
+
+    device = _resolve(device)
+    sizes = default_sizes(device)
+    if isinstance(models, str) or not isinstance(models, Sequence) or not set(models) <= {"mlp", "cnn"} or not models:
+        raise ValueError(f"models: expected a non-empty sequence of 'mlp' and 'cnn', got {describe(models)}")
+    image_size = check_int(_setting(image_size, sizes["image_size"]), "image_size", minimum=8)
+    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
+    x = _on(device, _random_images(batch_size, image_size, seed))
+    y = _on(device, np.random.default_rng(seed).integers(0, 10, batch_size))
+    rows = []
+    for kind in models:
+        with tf.device(device):
+            steps = {mode: _train_step(_small_model(kind, image_size, seed), mode) for mode in STEP_MODES}
+        calls = {mode: functools.partial(step, x, y) for mode, step in steps.items()}
+        rows.append(_measure(f"{kind} training step", device, {"batch_size": batch_size, "image_size": image_size},
+                             calls, "tf.function", repeats=repeats, progress=progress))
+    return rows
+
+
+def _standardize_one(image: Any) -> Any:
+    """One image minus its mean, divided by its standard deviation (the per-example function)."""
+    import tensorflow as tf
+
+    return (image - tf.reduce_mean(image)) / (tf.math.reduce_std(image) + 1e-6)
+
+
+def _standardize_loop(images: Any) -> Any:
+    """``_standardize_one`` on each image in a Python loop (unrolled: ops per image), stacked."""
+    import tensorflow as tf
+
+    return tf.stack([_standardize_one(images[i]) for i in range(images.shape[0])])
+
+
+def _standardize_vectorized(images: Any) -> Any:
+    """``_standardize_one`` vectorised over the batch by ``tf.vectorized_map``."""
+    import tensorflow as tf
+
+    return tf.vectorized_map(_standardize_one, images)
+
+
+def _standardize_batched(images: Any) -> Any:
+    """The same, written for the batch: reductions over each image's axes."""
+    import tensorflow as tf
+
+    mean = tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
+    return (images - mean) / (tf.math.reduce_std(images, axis=[1, 2, 3], keepdims=True) + 1e-6)
+
+
+#: The three ways ``per_example_vs_batched`` compares to standardise a batch of images.
+PER_EXAMPLE_METHODS = {"Python loop": _standardize_loop, "vectorized_map": _standardize_vectorized,
+                       "batched op": _standardize_batched}
+
+
+def per_example_vs_batched(
+    *,
+    batch_sizes: Sequence[int] | None = None,
+    image_size: int | None = None,
+    device: str | None = None,
+    repeats: int = 5,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Standardise each image of a batch three ways: a Python loop, ``tf.vectorized_map``, batched ops.
+
+    All three run as ``tf.function`` on the same batch in ``device``'s memory and give the
+    same numbers (``PER_EXAMPLE_METHODS``). The loop is unrolled into a few ops per image, so
+    its op count grows with the batch; ``vectorized_map`` rewrites the per-image function into
+    batched ops; the batched version is written that way. The reference is ``"batched op"``.
+
+    Args:
+        batch_sizes: Images per batch (ints >= 1); ``None``: the device's default.
+        image_size: Image height = width (>= 8); ``None``: the device's default ``per_image_size``
+            (small images: the per-op cost is what differs between the three).
+        device: As in ``blur_op``.
+        repeats: As in ``blur_op``.
+        seed: As in ``blur_op``.
+        progress: As in ``blur_op``.
+
+    Returns:
+        One row per batch size (name ``"standardize per image"``).
+
+    Raises:
+        TypeError, ValueError: For a bad size, count or device.
+
+    Example:
+        >>> rows = per_example_vs_batched(batch_sizes=[2], image_size=8, device="/CPU:0", repeats=1)
+        >>> list(rows[0]["ratio"])
+        ['Python loop', 'vectorized_map', 'batched op']
+    """
+    import tensorflow as tf
+
+    device = _resolve(device)
+    sizes = default_sizes(device)
+    batch_sizes = _setting(batch_sizes, sizes["batch_sizes"])
+    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Sequence) or not batch_sizes:
+        raise TypeError(f"batch_sizes: expected a non-empty sequence of ints >= 1, got {describe(batch_sizes)}")
+    batch_sizes = tuple(check_int(size, "batch_sizes", minimum=1) for size in batch_sizes)
+    image_size = check_int(_setting(image_size, sizes["per_image_size"]), "image_size", minimum=8)
+    graphs = {name: tf.function(method) for name, method in PER_EXAMPLE_METHODS.items()}
+    rows = []
+    for batch_size in batch_sizes:
+        images = _on(device, _random_images(batch_size, image_size, seed))
+        calls = {name: functools.partial(graph, images) for name, graph in graphs.items()}
+        rows.append(_measure("standardize per image", device, {"batch_size": batch_size, "image_size": image_size},
+                             calls, "batched op", repeats=repeats, progress=progress))
+    return rows
+
+
+def compiled_blur_vs_opencv(
+    *,
+    image_sizes: Sequence[int] | None = None,
+    batch_size: int | None = None,
+    repeats: int = 7,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Time chapter 11's compiled blur op against ``cv2.GaussianBlur`` called directly, on the CPU.
+
+    Both blur the same batch (5x5, sigma from OpenCV's rule): the op takes it as a tensor,
+    OpenCV as a NumPy array, image by image, as ``companion.pyfunc.cv2_blur`` does. The op is
+    a CPU kernel, so this runs on the CPU whatever the machine has. The first call in a process
+    loads the op's library (compiling it if it is not cached), before any timing.
+
+    Args:
+        image_sizes: Image heights = widths (ints >= 8); ``None``: ``default_sizes("/CPU:0")``.
+        batch_size: Images per batch (>= 1); ``None``: the CPU default.
+        repeats: Alternating rounds (>= 1).
+        seed: Seed of the random images.
+        progress: Print each row as it is measured.
+
+    Returns:
+        One row per image size (name ``"compiled blur"``, reference ``"OpenCV"``); the goal of
+        chapter 11 is ``ratio["C++ op"] <= 1.3``.
+
+    Raises:
+        TypeError, ValueError: For a bad size or count.
+        companion.kernels.BuildError: If the op cannot be built (no ``g++`` or headers).
+    """
+    from companion.kernels import cpp_blur
+    from companion.pyfunc import cv2_blur
+
+    sizes = default_sizes("/CPU:0")
+    image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
+    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
+    rows = []
+    for size in image_sizes:
+        images = _random_images(batch_size, size, seed)
+        tensor = _on("/CPU:0", images)
+        calls = {"C++ op": functools.partial(cpp_blur, tensor), "OpenCV": functools.partial(cv2_blur, images)}
+        rows.append(_measure("compiled blur", "/CPU:0", {"batch_size": batch_size, "image_size": size}, calls,
+                             "OpenCV", repeats=repeats, progress=progress))
+    return rows
+
+
+def rows_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Experiment rows as a text table: one line per method, median in ms, spread, ratio."""
+    from companion.notebook import format_table
+
+    lines = [(row["name"], _describe_sizes(row["sizes"]), method, f"{median * 1e3:.3g}",
+              f"{row['spreads'][method]:.0%}", f"{row['ratio'][method]:.2f}")
+             for row in rows for method, median in row["medians"].items()]
+    return format_table(lines, ["experiment", "sizes", "method", "median ms", "spread", "ratio"])
+
+
+def rows_to_entries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``make bench`` entries from experiment rows: one per method other than the row's reference."""
+    return [_entry(f"{method} / {row['reference']}: {row['name']} ({_describe_sizes(row['sizes'])})",
+                   median * 1e3, row["medians"][row["reference"]] * 1e3, "ms", row["sizes"], device=row["device"])
+            for row in rows for method, median in row["medians"].items() if method != row["reference"]]
+
+
+def _entry(
+    name: str, custom: float, reference: float, unit: str, settings: dict[str, Any], device: str | None = None
+) -> dict[str, Any]:
+    """One measure as ``make bench`` reports it (and writes to ``_build/bench.json``).
+
+    ``device`` is the device string the measure ran on; ``None``: TensorFlow's default device.
+    """
+    import keras
+    import tensorflow as tf
+
+    kind = tf.DeviceSpec.from_string(device or default_device()).device_type or "CPU"
     return {
         "name": name,
         "ratio": custom / reference,
         "custom_median": custom,
         "reference_median": reference,
         "unit": unit,
-        "device": "GPU" if gpu_available() else "CPU",
+        "device": kind.upper(),
         "versions": {"tensorflow": tf.__version__, "keras": keras.__version__, "python": sys.version.split()[0]},
         "settings": settings,
     }
@@ -306,15 +952,24 @@ def _entry(name: str, custom: float, reference: float, unit: str, settings: dict
 
 def _number(value: float) -> str:
     """A table cell: thousands separators for large numbers, two decimals for small ones."""
-    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+def main(
+    argv: list[str] | None = None, *, blur_methods: Mapping[str, Callable[..., Any]] | None = None
+) -> list[dict[str, Any]]:
     """``python -m companion.bench``: run the benchmarks, print a table, write ``_build/bench.json``.
 
+    The headline experiments of chapter 10 (the blurs at two image sizes as an op, in a model and
+    in a ``tf.data`` pipeline; eager vs ``tf.function`` vs XLA training steps; a per-image loop
+    vs ``tf.vectorized_map`` vs batched ops), chapter 11's compiled blur vs OpenCV, then chapter 7's custom loop vs ``model.fit`` and
+    chapter 8's AdamW vs Keras's. Progress is printed as it goes.
+
     Args:
-        argv: Command-line arguments (``--output``, ``--repeats``, ``--examples``, ``--epochs``);
-            None reads ``sys.argv``.
+        argv: Command-line arguments (``--output``, ``--repeats``, ``--examples``, ``--epochs``,
+            ``--device``, ``--quick``); None reads ``sys.argv``.
+        blur_methods: The blurs to compare, name -> ``fn(images)``; ``None``:
+            ``default_blur_methods()``. Must include ``"native"``, the reference.
 
     Returns:
         The entries written to the JSON file, one per measure.
@@ -331,11 +986,37 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--examples", type=int, default=1024, help="training examples (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=5,
                         help="epochs per run, the first untimed (default: %(default)s)")
+    parser.add_argument("--device", default=None, help="device string, e.g. /CPU:0 (default: GPU if any, else CPU)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the whole run")
     args = parser.parse_args(argv)
 
-    print("custom training loop vs model.fit (chapter 7):", flush=True)
-    entries = [training_loop_vs_fit(examples=args.examples, epochs=args.epochs, repeats=args.repeats)]
-    print("companion AdamW vs keras.optimizers.AdamW (chapter 8):", flush=True)
+    device = _resolve(args.device)
+    sizes = dict(QUICK_SIZES) if args.quick else default_sizes(device)
+    common = {"device": device, "repeats": args.repeats, "progress": True}
+    blurs = {"methods": blur_methods, "batch_size": sizes["batch_size"], **common}
+    headline_sizes = list(dict.fromkeys([sizes["image_sizes"][1], sizes["image_sizes"][-1]]))
+    one_size = {"image_size": sizes["image_size"], "batch_size": sizes["batch_size"]}
+    experiments = [
+        ("blur as an op (py_function vs native)", lambda: blur_op(image_sizes=headline_sizes, **blurs)),
+        ("blur inside a model's forward pass", lambda: blur_in_model(image_sizes=headline_sizes, **blurs)),
+        ("blur in a tf.data pipeline", lambda: blur_pipeline(image_size=sizes["image_size"],
+                                                             examples=sizes["examples"], **blurs)),
+        ("training step: eager vs tf.function vs XLA", lambda: training_step_modes(**one_size, **common)),
+        ("per-image loop vs vectorized_map vs batched op",
+         lambda: per_example_vs_batched(batch_sizes=sizes["batch_sizes"][-1:], image_size=sizes["per_image_size"],
+                                        **common)),
+        ("compiled C++ blur vs OpenCV (chapter 11, CPU)",
+         lambda: compiled_blur_vs_opencv(image_sizes=headline_sizes, batch_size=sizes["batch_size"],
+                                         repeats=args.repeats, progress=True)),
+    ]
+    print(f"device: {device}", flush=True)
+    entries = []
+    for number, (title, run) in enumerate(experiments, 1):
+        print(f"[{number}/{len(experiments) + 2}] {title}:", flush=True)
+        entries += rows_to_entries(run())
+    print(f"[{len(experiments) + 1}/{len(experiments) + 2}] custom training loop vs model.fit (chapter 7):", flush=True)
+    entries.append(training_loop_vs_fit(examples=args.examples, epochs=args.epochs, repeats=args.repeats))
+    print(f"[{len(experiments) + 2}/{len(experiments) + 2}] companion AdamW vs keras AdamW (chapter 8):", flush=True)
     entries.append(adamw_step_time(repeats=args.repeats))
     rows = [(e["name"], _number(e["custom_median"]), _number(e["reference_median"]),
              e["unit"], f"{e['ratio']:.2f}", e["device"]) for e in entries]

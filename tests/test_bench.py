@@ -8,7 +8,25 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from companion.bench import Timing, fetch, time_call
+from companion.bench import (
+    PER_EXAMPLE_METHODS,
+    SIZES,
+    STEP_MODES,
+    Timing,
+    blur_in_model,
+    blur_op,
+    blur_pipeline,
+    compare,
+    default_device,
+    default_sizes,
+    fetch,
+    per_example_vs_batched,
+    rows_table,
+    rows_to_entries,
+    time_call,
+    training_step_modes,
+)
+from companion.pyfunc import native_blur, py_function_blur
 
 
 def test_a_known_sleep_is_measured_within_tolerance():
@@ -59,28 +77,38 @@ def test_bad_input_is_rejected_naming_the_argument(kwargs, error, match):
         time_call("not callable")
 
 
-def test_main_prints_the_training_loop_ratio_and_writes_json(tmp_path, capsys):
+def test_main_prints_progress_a_table_and_writes_one_entry_per_measure(tmp_path, capsys):
     import json
 
-    from companion.bench import main
+    from companion.bench import default_blur_methods, main
+    from companion.pyfunc import numpy_function_blur
 
     output = tmp_path / "bench.json"
-    entries = main(["--output", str(output), "--repeats", "1", "--examples", "128", "--epochs", "2"])
+    methods = {**default_blur_methods(), "numpy_function": numpy_function_blur}  # one line adds a method
+    entries = main(["--output", str(output), "--repeats", "1", "--examples", "128", "--epochs", "2", "--quick",
+                    "--device", "/CPU:0"], blur_methods=methods)
     printed = capsys.readouterr().out
+    assert "device: /CPU:0" in printed and "[1/8] blur as an op" in printed and "[8/8] companion AdamW" in printed
+    assert "blur op, batch 2, 32x32: py_function" in printed  # progress, row by row
     assert "repeat 1/1, custom loop:" in printed and "repeat 1/1, model.fit:" in printed
     assert "custom training loop / model.fit" in printed and f"written to {output}" in printed
     written = json.loads(output.read_text())
-    assert written == entries and len(written) == 2
-    entry = written[0]
-    assert {"name", "ratio", "custom_median", "reference_median", "unit", "device", "versions"} <= set(entry)
-    assert entry["unit"] == "examples/s" and entry["custom_median"] > 0 and entry["reference_median"] > 0
-    assert entry["ratio"] == pytest.approx(entry["custom_median"] / entry["reference_median"])
-    assert entry["versions"]["tensorflow"] == tf.__version__
-    adamw = written[1]
-    assert "repeat 1/1, companion AdamW:" in printed and "repeat 1/1, keras AdamW:" in printed
-    assert "companion AdamW / keras AdamW step time" in printed and adamw["unit"] == "ms/step"
-    assert adamw["custom_median"] > 0 and adamw["reference_median"] > 0
-    assert adamw["ratio"] == pytest.approx(adamw["custom_median"] / adamw["reference_median"])
+    assert written == entries and len(written) == (1 + 1 + 2) * 2 + 4 + 2 + 1 + 2
+    for entry in written:
+        assert {"name", "ratio", "custom_median", "reference_median", "unit", "device", "versions", "settings"} <= set(entry)
+        assert entry["custom_median"] > 0 and entry["reference_median"] > 0 and entry["device"] == "CPU"
+        assert entry["ratio"] == pytest.approx(entry["custom_median"] / entry["reference_median"])
+        assert entry["versions"]["tensorflow"] == tf.__version__
+        assert entry["name"] in printed  # the table
+    names = [entry["name"] for entry in written]
+    assert names[:2] == ["py_function / native: blur op (batch 2, 32x32)",
+                         "numpy_function / native: blur op (batch 2, 32x32)"]
+    assert "XLA / tf.function: cnn training step (batch 2, 16x16)" in names
+    assert "vectorized_map / batched op: standardize per image (batch 4, 8x8)" in names
+    assert "C++ op / OpenCV: compiled blur (batch 2, 32x32)" in names
+    loop, adamw = written[-2:]
+    assert loop["unit"] == "examples/s" and adamw["unit"] == "ms/step"
+    assert "repeat 1/1, companion AdamW:" in printed and "companion AdamW / keras AdamW step time" in printed
 
 
 def test_training_loop_vs_fit_rejects_bad_settings():
@@ -99,3 +127,170 @@ def test_adamw_step_time_rejects_bad_settings():
         adamw_step_time(steps=0)
     with pytest.raises(TypeError, match="^batch_size: expected an int >= 1"):
         adamw_step_time(batch_size=2.0)
+
+
+def busy_wait(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_busy_loop_is_measured_within_tolerance():
+    timing = time_call(busy_wait, 0.01, repeats=5, warmup=0)
+    assert 0.01 <= timing.median < 0.015 and timing.best >= 0.01
+
+
+def test_compare_alternates_and_keeps_the_ratio_of_known_durations():
+    order = []
+
+    def wait(name, seconds):
+        order.append(name)
+        busy_wait(seconds)
+
+    timings = compare({"short": lambda: wait("short", 0.002), "long": lambda: wait("long", 0.006)}, repeats=4,
+                      target=0.006)
+    assert list(timings) == ["short", "long"]
+    short, long = timings["short"].number, timings["long"].number
+    assert 1 <= short <= 3 and long == 1 and timings["long"].repeats == 4  # about 6 ms per turn
+    assert 0.002 <= timings["short"].median < 0.003 and 0.006 <= timings["long"].median < 0.009
+    assert 2.0 < timings["long"].median / timings["short"].median < 3.5
+    # warm-up, calibration, then rounds that alternate: short x3, long x1, short x3, ...
+    assert order[:4] == ["short", "long", "short", "long"]
+    assert order[4:] == (["short"] * short + ["long"] * long) * 4
+
+
+@pytest.mark.parametrize(
+    "calls, kwargs, error, match",
+    [
+        ({}, {}, ValueError, "^calls: expected at least one entry"),
+        ([lambda: None], {}, TypeError, "^calls: expected a mapping of names to callables"),
+        ({"a": 1}, {}, TypeError, "^calls: expected a mapping of names to callables"),
+        ({"a": lambda: None}, {"target": 0}, ValueError, "^target: expected a finite number > 0"),
+        ({"a": lambda: None}, {"repeats": 0}, ValueError, "^repeats: expected an int >= 1"),
+        ({"a": lambda: None}, {"device": "/CPU:9"}, ValueError, "^device: expected one of the devices"),
+    ],
+)
+def test_compare_rejects_bad_input(calls, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        compare(calls, **kwargs)
+
+
+def test_default_sizes_scale_with_the_device():
+    assert default_sizes("/CPU:0") == SIZES["CPU"] and default_sizes("/CPU:0") is not SIZES["CPU"]
+    assert max(SIZES["GPU"]["image_sizes"]) > max(SIZES["CPU"]["image_sizes"])
+    assert SIZES["GPU"]["batch_size"] > SIZES["CPU"]["batch_size"]
+    assert default_device() == ("/GPU:0" if tf.config.list_physical_devices("GPU") else "/CPU:0")
+    with pytest.raises(ValueError, match="^device: expected a device string such as"):
+        default_sizes("no such device")
+    with pytest.raises(TypeError, match="^device: expected a device string"):
+        default_sizes(0)
+    if not tf.config.list_physical_devices("GPU"):
+        with pytest.raises(ValueError, match=r"^device: expected one of the devices TensorFlow has, .*got '/GPU:0'"):
+            blur_op(device="/GPU:0", image_sizes=[8], batch_size=1, repeats=1)
+
+
+def check_rows(rows, name, reference, methods, sizes):
+    assert [row["name"] for row in rows] == [name] * len(sizes)
+    for row, size in zip(rows, sizes):
+        assert set(row) == {"name", "device", "sizes", "medians", "spreads", "reference", "ratio"}
+        assert row["device"] == "/CPU:0" and row["reference"] == reference and row["sizes"] == size
+        assert list(row["medians"]) == list(methods) == list(row["ratio"]) == list(row["spreads"])
+        assert all(median > 0 for median in row["medians"].values())
+        assert row["ratio"][reference] == 1.0
+        for method, median in row["medians"].items():
+            assert row["ratio"][method] == pytest.approx(median / row["medians"][reference])
+
+
+def test_blur_op_rows_per_image_size_with_any_methods():
+    rows = blur_op(image_sizes=[8, 12], batch_size=2, device="/CPU:0", repeats=2)
+    check_rows(rows, "blur op", "native", ["py_function", "native"],
+               [{"batch_size": 2, "image_size": 8}, {"batch_size": 2, "image_size": 12}])
+    calls = []
+    methods = {"native": native_blur, "identity": lambda x: calls.append(x.shape) or tf.identity(x)}
+    rows = blur_op(methods, image_sizes=[8], batch_size=3, device="/CPU:0", repeats=1, reference="identity")
+    check_rows(rows, "blur op", "identity", methods, [{"batch_size": 3, "image_size": 8}])
+    assert calls == [(3, 8, 8, 3)]  # traced once as a tf.function, then run as a graph
+
+
+def test_blur_in_model_rows():
+    rows = blur_in_model(image_sizes=[8], batch_size=2, device="/CPU:0", repeats=1)
+    check_rows(rows, "blur in model", "native", ["py_function", "native"], [{"batch_size": 2, "image_size": 8}])
+
+
+def test_blur_pipeline_rows():
+    rows = blur_pipeline(image_size=8, examples=6, batch_size=3, device="/CPU:0", repeats=1,
+                         methods={"py_function": py_function_blur, "native": native_blur, "none": tf.identity})
+    settings = {"batch_size": 3, "image_size": 8, "examples": 6}
+    check_rows(rows[:1], "tf.data pipeline", "native", ["py_function", "native", "none"], [settings])
+    check_rows(rows[1:], "pipeline + training step", "native", ["py_function", "native", "none"], [settings])
+
+
+def test_training_step_modes_rows():
+    rows = training_step_modes(models=["mlp", "cnn"], image_size=8, batch_size=2, device="/CPU:0", repeats=1)
+    assert [row["name"] for row in rows] == ["mlp training step", "cnn training step"]
+    for row in rows:
+        check_rows([row], row["name"], "tf.function", STEP_MODES, [{"batch_size": 2, "image_size": 8}])
+
+
+def test_per_example_vs_batched_rows_and_the_three_methods_agree():
+    rows = per_example_vs_batched(batch_sizes=[2, 4], image_size=8, device="/CPU:0", repeats=1)
+    check_rows(rows, "standardize per image", "batched op", PER_EXAMPLE_METHODS,
+               [{"batch_size": 2, "image_size": 8}, {"batch_size": 4, "image_size": 8}])
+    images = np.random.default_rng(1).random((5, 8, 8, 3), dtype=np.float32)
+    expected = np.stack([(x - x.mean()) / (x.std() + 1e-6) for x in images.astype(np.float64)])
+    for method in PER_EXAMPLE_METHODS.values():
+        np.testing.assert_allclose(tf.function(method)(tf.constant(images)).numpy(), expected, atol=1e-5)
+
+
+def test_rows_table_and_entries():
+    rows = per_example_vs_batched(batch_sizes=[2], image_size=8, device="/CPU:0", repeats=1)
+    table = rows_table(rows)
+    assert table.splitlines()[0].split() == ["experiment", "sizes", "method", "median", "ms", "spread", "ratio"]
+    assert len(table.splitlines()) == 2 + 3 and "standardize per image  batch 2, 8x8" in table
+    entries = rows_to_entries(rows)
+    assert [entry["name"] for entry in entries] == [
+        "Python loop / batched op: standardize per image (batch 2, 8x8)",
+        "vectorized_map / batched op: standardize per image (batch 2, 8x8)"]
+    assert entries[0]["custom_median"] == pytest.approx(rows[0]["medians"]["Python loop"] * 1e3)
+    assert entries[0]["unit"] == "ms" and entries[0]["device"] == "CPU"
+    assert entries[0]["settings"] == {"batch_size": 2, "image_size": 8}
+
+
+@pytest.mark.parametrize(
+    "run, error, match",
+    [
+        (lambda: blur_op(image_sizes=[4], device="/CPU:0"), ValueError, "^image_sizes: expected an int >= 8, got int 4"),
+        (lambda: blur_op(image_sizes=64, device="/CPU:0"), TypeError, "^image_sizes: expected a non-empty sequence"),
+        (lambda: blur_op(batch_size=0, device="/CPU:0"), ValueError, "^batch_size: expected an int >= 1"),
+        (lambda: blur_op(reference="opencv", device="/CPU:0"), ValueError,
+         r"^reference: expected one of the methods \['py_function', 'native'\], got str 'opencv'"),
+        (lambda: blur_in_model({"x": "not callable"}, device="/CPU:0"), TypeError,
+         "^methods: expected a mapping of names to callables"),
+        (lambda: blur_pipeline(examples=2, batch_size=4, device="/CPU:0"), ValueError,
+         "^examples: expected an int >= 4"),
+        (lambda: training_step_modes(models=["rnn"], device="/CPU:0"), ValueError,
+         "^models: expected a non-empty sequence of 'mlp' and 'cnn'"),
+        (lambda: training_step_modes(models="mlp", device="/CPU:0"), ValueError, "^models: expected"),
+        (lambda: per_example_vs_batched(batch_sizes="8", device="/CPU:0"), TypeError,
+         "^batch_sizes: expected a non-empty sequence"),
+        (lambda: per_example_vs_batched(batch_sizes=[8], image_size=2.0, device="/CPU:0"), TypeError,
+         "^image_size: expected an int >= 8"),
+    ],
+)
+def test_experiments_reject_bad_input(run, error, match):
+    with pytest.raises(error, match=match):
+        run()
+
+
+def test_compiled_blur_vs_opencv_rows_divide_by_opencv():
+    from companion.bench import compiled_blur_vs_opencv
+
+    rows = compiled_blur_vs_opencv(image_sizes=[16, 24], batch_size=2, repeats=1)
+    assert [row["sizes"] for row in rows] == [{"batch_size": 2, "image_size": 16}, {"batch_size": 2, "image_size": 24}]
+    for row in rows:
+        assert row["name"] == "compiled blur" and row["reference"] == "OpenCV" and row["device"] == "/CPU:0"
+        assert list(row["medians"]) == ["C++ op", "OpenCV"] and all(m > 0 for m in row["medians"].values())
+        assert row["ratio"]["OpenCV"] == 1.0
+        assert row["ratio"]["C++ op"] == pytest.approx(row["medians"]["C++ op"] / row["medians"]["OpenCV"])
+    with pytest.raises(ValueError, match="image_sizes: expected an int >= 8, got int 4"):
+        compiled_blur_vs_opencv(image_sizes=[4])
