@@ -2,6 +2,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import statistics
 import time
 
 import numpy as np
@@ -129,31 +130,43 @@ def test_adamw_step_time_rejects_bad_settings():
         adamw_step_time(batch_size=2.0)
 
 
-def busy_wait(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+def busy_wait(seconds, durations=None):
+    """Spin for ``seconds`` of wall-clock time; append the time it really took to ``durations``."""
+    start = time.perf_counter()
+    while time.perf_counter() < start + seconds:
         pass
+    if durations is not None:
+        durations.append(time.perf_counter() - start)
 
 
+# A loaded machine can stretch a busy wait (the process is descheduled mid-spin), so the harness
+# is checked against the durations the calls themselves measured, not against the nominal ones.
 def test_a_busy_loop_is_measured_within_tolerance():
-    timing = time_call(busy_wait, 0.01, repeats=5, warmup=0)
-    assert 0.01 <= timing.median < 0.015 and timing.best >= 0.01
+    durations = []
+    timing = time_call(busy_wait, 0.01, durations, repeats=5, warmup=0)
+    assert len(durations) == 5 and timing.best >= 0.01
+    # Not faster than the calls themselves, and not much slower: no calls lost, none counted twice.
+    assert statistics.median(durations) * 0.999 <= timing.median < statistics.median(durations) * 1.5
 
 
 def test_compare_alternates_and_keeps_the_ratio_of_known_durations():
-    order = []
+    order, durations = [], {"short": [], "long": []}
 
     def wait(name, seconds):
         order.append(name)
-        busy_wait(seconds)
+        busy_wait(seconds, durations[name])
 
     timings = compare({"short": lambda: wait("short", 0.002), "long": lambda: wait("long", 0.006)}, repeats=4,
                       target=0.006)
     assert list(timings) == ["short", "long"]
     short, long = timings["short"].number, timings["long"].number
     assert 1 <= short <= 3 and long == 1 and timings["long"].repeats == 4  # about 6 ms per turn
-    assert 0.002 <= timings["short"].median < 0.003 and 0.006 <= timings["long"].median < 0.009
-    assert 2.0 < timings["long"].median / timings["short"].median < 3.5
+    assert timings["short"].best >= 0.002 and timings["long"].best >= 0.006
+    timed = {name: calls[2:] for name, calls in durations.items()}  # after the warm-up and calibration calls
+    for name in timings:
+        per_round = [sum(timed[name][i:i + timings[name].number]) / timings[name].number
+                     for i in range(0, len(timed[name]), timings[name].number)]
+        assert statistics.median(per_round) * 0.999 <= timings[name].median < statistics.median(per_round) * 1.5
     # warm-up, calibration, then rounds that alternate: short x3, long x1, short x3, ...
     assert order[:4] == ["short", "long", "short", "long"]
     assert order[4:] == (["short"] * short + ["long"] * long) * 4
