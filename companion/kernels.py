@@ -35,7 +35,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from companion.pyfunc import _check_ksize, _check_sigma, gaussian_kernel
+from companion.pyfunc import GaussianBlur, _check_ksize, _check_sigma, gaussian_kernel
 
 #: The C++ source of the ops, inside the installed package.
 SOURCE = Path(__file__).with_name("_kernels") / "blur_op.cc"
@@ -277,9 +277,10 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
 
 
 @keras.saving.register_keras_serializable(package="companion")
-class CppGaussianBlur(keras.layers.Layer):
+class CppGaussianBlur(GaussianBlur):
     """Keras layer that blurs NHWC images with the compiled op (``cpp_blur``; no weights).
 
+    ``companion.pyfunc.GaussianBlur`` with another blur: same arguments, checks and config.
     Saves to ``.keras`` like any registered layer (loading imports ``companion.kernels``, which
     loads the library). A SavedModel exported from a model with this layer contains the
     ``GaussianBlur`` op: the process that serves it must call ``load_blur_op()`` (or
@@ -296,21 +297,8 @@ class CppGaussianBlur(keras.layers.Layer):
         TensorShape([2, 8, 8, 3])
     """
 
-    def __init__(self, ksize: int = 5, sigma: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.ksize = _check_ksize(ksize)
-        self.sigma = _check_sigma(sigma)
-
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return cpp_blur(inputs, self.ksize, self.sigma)
-
-    def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
-        return input_shape
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(ksize=self.ksize, sigma=self.sigma)
-        return config
 
 
 def source_section(name: str) -> str:
