@@ -8,6 +8,7 @@ stays cheap and never imports TensorFlow by itself::
     from companion.introspection import traced_ops, weights_table   # chapter 1
     from companion.ops import swish, softplus                       # chapter 2
     from companion.pyfunc import native_blur, GaussianBlur          # chapter 3
+    from companion.tflite import convert, run                       # chapters 3, 11: TFLite
     from companion.layers import CustomDense, ResidualBlock         # chapter 4
     from companion.gradients import clipped_identity, gradient_error  # chapter 5
     from companion.models import functional_multimodal, MultiModalModel  # chapter 6

@@ -469,6 +469,18 @@ def _check_methods(methods: Mapping[str, Callable[..., Any]] | None, reference: 
     return methods
 
 
+def _blur_settings(
+    methods: Mapping[str, Callable[..., Any]] | None, reference: str, device: str | None,
+    image_sizes: Sequence[int] | None, batch_size: int | None,
+) -> tuple[str, dict[str, Callable[..., Any]], tuple[int, ...], int]:
+    """The blur experiments' arguments checked, with the device's default sizes for ``None``."""
+    device = _resolve(device)
+    sizes = default_sizes(device)
+    return (device, _check_methods(methods, reference),
+            _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes"),
+            check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1))
+
+
 def _check_sizes(sizes: Any, name: str) -> tuple[int, ...]:
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes:
         raise TypeError(f"{name}: expected a non-empty sequence of ints >= 8, got {describe(sizes)}")
@@ -532,11 +544,7 @@ def blur_op(
     """
     import tensorflow as tf
 
-    device = _resolve(device)
-    sizes = default_sizes(device)
-    methods = _check_methods(methods, reference)
-    image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
-    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
+    device, methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
     graphs = {name: tf.function(method) for name, method in methods.items()}
     rows = []
     for size in image_sizes:
@@ -601,11 +609,7 @@ def blur_in_model(
     """
     import tensorflow as tf
 
-    device = _resolve(device)
-    sizes = default_sizes(device)
-    methods = _check_methods(methods, reference)
-    image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
-    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
+    device, methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
     rows = []
     for size in image_sizes:
         with tf.device(device):
