@@ -3,10 +3,15 @@ chain in front of any optimizer, magnitude pruning, a debug recorder of update n
 
 Keras 3 optimizers are written with three methods: ``build(variables)`` creates the slot
 variables (``add_optimizer_variables``), ``update_step(gradient, variable, learning_rate)``
-changes one variable through ``self.assign*`` (which is what makes it work under
-``tf.distribute``), and ``get_config`` lists the hyperparameters. The wrappers here
-(:class:`TransformGradients`, :class:`Lookahead`) hold another optimizer and override ``apply``,
-the one method that both ``model.fit`` and a custom loop (``apply_gradients``) go through, as
+changes one variable through ``self.assign*``, and ``get_config`` lists the hyperparameters.
+``self.assign*`` are Keras's hooks for backend-specific updates: on TensorFlow they cast the value
+to the variable's dtype and turn a sparse ``IndexedSlices`` gradient (an ``Embedding``'s) into a
+scatter update of the rows it touches, where ``variable.assign_sub`` would densify it. They are not
+what keeps ``tf.distribute`` replicas in sync: the base class all-reduces the gradients and runs
+``update_step`` on every replica's copy, so a plain ``variable.assign*`` stays in sync too.
+
+The wrappers here (:class:`TransformGradients`, :class:`Lookahead`) hold another optimizer and
+override ``apply``, the one method that both ``model.fit`` and a custom loop (``apply_gradients``) go through, as
 ``keras.optimizers.LossScaleOptimizer`` does. Every class is registered serializable, so
 ``.keras`` files that use them load in any process that has imported this module.
 """
@@ -41,8 +46,10 @@ __all__ = [
 
 register = keras.saving.register_keras_serializable(package="companion")
 
-#: Substrings of variable paths that AdamW does not decay by default: biases and normalization
+#: Substrings of variable *names* that AdamW does not decay by default: biases and normalization
 #: parameters (``gamma``/``beta`` of Batch/LayerNormalization), as in the AdamW paper's practice.
+#: They are matched against a variable's own name (``bias``), never its path (``beta_vae/dense/
+#: kernel``), as ``exclude_from_weight_decay(var_names=...)`` does in Keras.
 DEFAULT_EXCLUDE = ("bias", "norm", "gamma", "beta")
 
 
@@ -60,9 +67,19 @@ def _path(variable: Any) -> str:
     return getattr(variable, "path", None) or variable.name
 
 
+def _own_name(variable: Any) -> str:
+    """A variable's own name (``kernel``): a Keras variable's ``name``; a ``tf.Variable``'s last part."""
+    return variable.name.split("/")[-1].split(":")[0]
+
+
 def _matches(variable: Any, words: Sequence[str]) -> bool:
     path = _path(variable)
     return any(word in path for word in words)
+
+
+def _name_matches(variable: Any, words: Sequence[str]) -> bool:
+    name = _own_name(variable)
+    return any(word in name for word in words)
 
 
 def _check_words(words: Any, name: str) -> tuple[str, ...]:
@@ -75,8 +92,8 @@ def _check_words(words: Any, name: str) -> tuple[str, ...]:
 class AdamW(keras.optimizers.Optimizer):
     """Adam with decoupled weight decay (Loshchilov & Hutter), written on the Keras 3 API.
 
-    Each step first decays a variable, ``w -= lr * weight_decay * w`` (unless its path contains
-    one of ``exclude_from_decay``), then takes the Adam step ``w -= alpha * m / (sqrt(v) + eps)``
+    Each step first decays a variable, ``w -= lr * weight_decay * w`` (unless its own name, such
+    as ``bias``, contains one of ``exclude_from_decay``), then takes the Adam step ``w -= alpha * m / (sqrt(v) + eps)``
     with ``alpha = lr * sqrt(1 - beta_2**t) / (1 - beta_1**t)``: the same operations in the same
     order as ``keras.optimizers.AdamW``, so with the same variables excluded the trajectories
     agree to float rounding. ``epsilon_placement="paper"`` adds epsilon to the bias-corrected
@@ -86,7 +103,12 @@ class AdamW(keras.optimizers.Optimizer):
     The decay is done here, not by the base class: ``weight_decay`` is *not* passed to
     ``super().__init__`` (that would decay twice), so the base attribute ``weight_decay`` stays
     None and the rate is ``decay_rate``. ``exclude_from_weight_decay`` of the base class still
-    works, before the optimizer is built. Which variables are decayed is decided once, in ``build``.
+    works, before the optimizer is built (``var_list=`` excludes given variables, for instance a
+    whole layer's). Which variables are decayed is decided once, in ``build``.
+
+    ``exclude_from_decay`` is matched against each variable's own name (``kernel``, ``bias``,
+    ``gamma``), not its path: a layer or model named ``beta_vae``, ``normalizing_flow`` or
+    ``unbiased_head`` still has its kernels decayed, as with Keras's ``exclude_from_weight_decay``.
 
     Args:
         learning_rate: A float, a ``keras.optimizers.schedules.LearningRateSchedule`` or a callable.
@@ -95,7 +117,7 @@ class AdamW(keras.optimizers.Optimizer):
         epsilon: Added to the denominator (>= 0).
         weight_decay: Decoupled decay rate (>= 0), multiplied by the learning rate.
         epsilon_placement: ``"keras"`` (epsilon-hat, as Keras and TensorFlow) or ``"paper"``.
-        exclude_from_decay: Substrings of variable paths (``"dense/bias"``) not to decay.
+        exclude_from_decay: Substrings of variable names (``"bias"``; not paths) not to decay.
         **kwargs: Base-optimizer arguments (``name``, ``global_clipnorm``, ``use_ema``, ...).
 
     Raises:
@@ -139,7 +161,7 @@ class AdamW(keras.optimizers.Optimizer):
         super().build(variables)
         self._momentums, self._velocities = self.add_optimizer_variables(variables, ["momentum", "velocity"])
         self._decayed = [self.decay_rate > 0 and self._use_weight_decay(v)
-                         and not _matches(v, self.exclude_from_decay) for v in variables]
+                         and not _name_matches(v, self.exclude_from_decay) for v in variables]
 
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         """Decay ``variable``, then take one Adam step with ``gradient``."""
@@ -403,7 +425,9 @@ class TransformGradients(_Wrapper):
     ``apply_gradients``, inside ``tf.function``). Under a strategy with ``n`` replicas it first
     sums the gradients over the replicas (what the optimizer would apply), transforms that sum,
     and hands every replica ``1/n`` of the result, which the wrapped optimizer sums again: global
-    clipping then clips the global gradient, not each replica's part.
+    clipping then clips the global gradient, not each replica's part (Keras's own ``clipnorm`` and
+    ``global_clipnorm`` clip each replica's part before the sum: on two replicas an update of norm
+    up to 2 instead of 1).
 
     With ``record_update_norms``, after each step ``update_norms()`` gives the Euclidean norm of
     every variable's change (``||w_new - w_old||``), kept in non-trainable optimizer variables, so

@@ -143,6 +143,20 @@ def test_default_exclusion_leaves_biases_and_norms_undecayed():
     assert all(value == pytest.approx(0.95) for path, value in decayed.items() if path.endswith("kernel"))
 
 
+@pytest.mark.parametrize("owner", ["beta_vae", "normalizing_flow", "unbiased_head"])
+def test_default_exclusion_matches_the_variables_own_name_not_its_layers_path(owner):
+    """A kernel inside a layer or model named like an exclusion word is still decayed (Keras's rule)."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(3, name=owner)(inputs), name=owner)
+    for variable in model.trainable_variables:
+        variable.assign(keras.ops.ones_like(variable))
+    AdamW(0.1, weight_decay=0.5).apply_gradients([(keras.ops.zeros_like(v), v) for v in model.trainable_variables])
+    after = {v.name: float(np.max(v.numpy())) for v in model.trainable_variables}
+    assert all(owner in v.path for v in model.trainable_variables)
+    assert after == {"kernel": pytest.approx(0.95), "bias": 1.0}
+
+
 def numpy_adam_paper(gradients, w, lr, beta_1, beta_2, epsilon):
     """Algorithm 1 of Kingma & Ba in float64: epsilon added to the bias-corrected sqrt(v_hat)."""
     m = v = np.zeros_like(w)
@@ -413,6 +427,7 @@ split_cpu(2)
 import numpy as np, tensorflow as tf, keras
 import tests.test_optimizers as t
 from companion.training import fit
+from companion.optimizers import ClipGlobalNorm, TransformGradients
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 x, y, data = t.regression_data()
 for name in ["composed"]:  # AdamW inside TransformGradients inside Lookahead
@@ -433,16 +448,31 @@ for name in ["composed"]:  # AdamW inside TransformGradients inside Lookahead
         replicas = max(float(np.max(np.abs(v.value.values[0].numpy() - v.value.values[1].numpy())))
                        for v in variables)
         print(name, len(variables), replicas, t.max_difference(trained, single) < 1e-5)
+# Global clipping on two replicas whose gradients are orthogonal: Keras clips each replica's part
+x2, y2 = np.array([[100.0, 0.0], [0.0, 100.0]], "float32"), np.zeros((2, 1), "float32")
+pair = tf.data.Dataset.from_tensor_slices((x2, y2)).batch(2)
+norms = []
+for make in (lambda: keras.optimizers.SGD(1.0, global_clipnorm=1.0),
+             lambda: TransformGradients(keras.optimizers.SGD(1.0), [ClipGlobalNorm(1.0)])):
+    with strategy.scope():
+        linear = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")])
+        linear.compile(make(), "mse")
+    linear.fit(pair, epochs=1, verbose=0)
+    norms.append(float(np.linalg.norm(linear.get_weights()[0] - 1.0)))
+print("clip", *norms)
 """
 
 
-def test_mirrored_strategy_replicas_agree_and_match_one_device():
+def test_mirrored_strategy_replicas_agree_match_one_device_and_clip_the_global_gradient():
     from companion.notebook import run_python
 
     result = run_python(MIRRORED, env={"PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])})
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()[-2:]
+    *lines, clip = result.stdout.splitlines()[-3:]
     assert [line.split()[0] for line in lines] == ["composed"] * 2
     for line in lines:
         _, count, replicas, close = line.split()
         assert int(count) > 10 and float(replicas) == 0.0 and close == "True"
+    # Keras's global_clipnorm clips each replica's part (sqrt 2); ClipGlobalNorm clips the sum (1)
+    _, keras_norm, ours = clip.split()
+    assert float(keras_norm) == pytest.approx(2**0.5, abs=1e-4) and float(ours) == pytest.approx(1.0, abs=1e-5)
