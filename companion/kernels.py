@@ -222,17 +222,33 @@ def _register_gradients(module: Any) -> None:
             pass
 
 
-def _float_batch(images: Any) -> tuple[tf.Tensor, int]:
-    """``images`` as a rank-4 float32/float64 tensor, and its original rank (3 or 4)."""
-    images = tf.convert_to_tensor(images)
-    if images.dtype not in (tf.float32, tf.float64):
-        raise TypeError(
-            f"images: expected dtype float32 or float64 (cast other images first), got {images.dtype.name}"
-        )
-    rank = images.shape.rank
-    if rank not in (3, 4):
-        raise ValueError(f"images: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {images.shape}")
-    return (images if rank == 4 else images[tf.newaxis]), rank
+#: Image dtypes ``cpp_blur`` takes. The op's kernels are float32/float64; half-precision images
+#: are blurred in float32 (see ``cpp_blur``).
+BLUR_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+_HALF_DTYPES = (tf.float16, tf.bfloat16)
+
+
+@functools.lru_cache(maxsize=64)
+def _weights(ksize: int, sigma: float) -> Any:
+    """``gaussian_kernel(ksize, sigma)``, computed once per (ksize, sigma) and read-only."""
+    weights = gaussian_kernel(ksize, sigma)
+    weights.flags.writeable = False
+    return weights
+
+
+@functools.lru_cache(maxsize=64)
+def _eager_weights(ksize: int, sigma: float, dtype: tf.DType) -> tf.Tensor:
+    """The weights as an eager constant in host memory, built once per (ksize, sigma, dtype)."""
+    with tf.device("/CPU:0"):  # where the op's kernels run: no copy per call
+        return tf.constant(_weights(ksize, sigma), dtype)
+
+
+def _kernel_tensor(ksize: int, sigma: float, dtype: tf.DType) -> tf.Tensor:
+    """The op's ``kernel`` input. Eager constants are cached; a graph (``tf.function``,
+    ``tf.data``) gets a constant of its own, since a tensor from one graph cannot enter another."""
+    if tf.executing_eagerly():
+        return _eager_weights(ksize, sigma, dtype)
+    return tf.constant(_weights(ksize, sigma), dtype)
 
 
 def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
@@ -240,13 +256,20 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
 
     Same kernel (``companion.pyfunc.gaussian_kernel``, passed to the op as a tensor) and border
     (``BORDER_REFLECT_101``) as OpenCV and ``native_blur``. Works eagerly, in ``tf.function``,
-    in ``tf.data`` and in Keras layers, on the CPU; differentiable (the gradient is the
-    ``GaussianBlurGrad`` op). The first call in a process loads the library (``load_blur_op``),
-    compiling it if this TensorFlow has no cached build yet.
+    in ``tf.data`` and in Keras layers (also under the ``mixed_float16`` policy), on the CPU;
+    differentiable (the gradient is the ``GaussianBlurGrad`` op). The first call in a process
+    loads the library (``load_blur_op``), compiling it if this TensorFlow has no cached build
+    yet. Each call does little Python work: the kernel weights are computed once per
+    ``(ksize, sigma)`` and, when executing eagerly, kept as a tensor.
+
+    ``float16`` and ``bfloat16`` images are cast to ``float32``, blurred and cast back, rather
+    than blurred by half-precision kernels: the sums of ``ksize**2`` products then round once,
+    at the end, instead of at every step (float16 keeps 11 bits, bfloat16 8), a CPU computes
+    half-precision arithmetic in float32 anyway, and the casts' gradient is automatic.
 
     Args:
-        images: Float32 or float64 tensor or array ``(H, W, C)`` or a batch ``(N, H, W, C)``;
-            height and width must exceed ``ksize // 2``.
+        images: Float tensor or array ``(H, W, C)`` or a batch ``(N, H, W, C)``, dtype
+            float16, bfloat16, float32 or float64; height and width must exceed ``ksize // 2``.
         ksize: Kernel size, a positive odd int.
         sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
 
@@ -254,7 +277,7 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
         The blurred tensor, same shape and dtype as ``images``.
 
     Raises:
-        TypeError: If ``images`` is not float32/float64 or ``ksize`` / ``sigma`` have the wrong type.
+        TypeError: If ``images`` has another dtype or ``ksize`` / ``sigma`` have the wrong type.
         ValueError: If the rank is not 3 or 4, the image is smaller than ``ksize // 2 + 1``
             pixels, or ``ksize`` / ``sigma`` are out of range.
         BuildError: If the op library cannot be built.
@@ -263,17 +286,32 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
         >>> import numpy as np
         >>> cpp_blur(np.ones((1, 8, 8, 3), np.float32)).shape
         TensorShape([1, 8, 8, 3])
+        >>> cpp_blur(np.ones((8, 8, 3), np.float16)).dtype
+        tf.float16
     """
     ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
-    batch, rank = _float_batch(images)
-    if any(d is not None and d <= ksize // 2 for d in batch.shape[1:3]):
+    images = tf.convert_to_tensor(images)
+    dtype, shape = images.dtype, images.shape
+    if dtype not in BLUR_DTYPES:
+        raise TypeError(
+            "images: expected dtype float16, bfloat16, float32 or float64 (cast other images "
+            f"first), got {dtype.name}"
+        )
+    if shape.rank not in (3, 4):
+        raise ValueError(f"images: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {shape}")
+    if any(d is not None and d <= ksize // 2 for d in shape[-3:-1]):
         raise ValueError(
             f"images: expected height and width > ksize // 2 = {ksize // 2} for reflect "
-            f"padding, got shape {images.shape}"
+            f"padding, got shape {shape}"
         )
-    kernel = tf.constant(gaussian_kernel(ksize, sigma), dtype=batch.dtype)
-    blurred = load_blur_op().gaussian_blur(batch, kernel)
-    return blurred if rank == 4 else blurred[0]
+    compute_dtype = tf.float32 if dtype in _HALF_DTYPES else dtype
+    batch = images if shape.rank == 4 else tf.expand_dims(images, 0)
+    if compute_dtype != dtype:
+        batch = tf.cast(batch, compute_dtype)
+    blurred = load_blur_op().gaussian_blur(batch, _kernel_tensor(ksize, sigma, compute_dtype))
+    if compute_dtype != dtype:
+        blurred = tf.cast(blurred, dtype)
+    return blurred if shape.rank == 4 else tf.squeeze(blurred, 0)
 
 
 @keras.saving.register_keras_serializable(package="companion")
@@ -286,16 +324,30 @@ class CppGaussianBlur(GaussianBlur):
     ``GaussianBlur`` op: the process that serves it must call ``load_blur_op()`` (or
     ``tf.load_op_library`` on the library) before loading it, and TFLite cannot run it.
 
+    The layer sets ``supports_jit = False``: the op has no XLA kernel, and ``compile()``'s
+    default ``jit_compile="auto"`` turns XLA on whenever a GPU is visible unless some layer
+    says so; ``fit`` would then fail ("No registered 'GaussianBlur' OpKernel for XLA_..._JIT
+    devices"). Under ``mixed_float16`` it blurs float16 inputs in float32 (see ``cpp_blur``).
+
     Args:
         ksize: Kernel size, a positive odd int.
         sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
         **kwargs: Base layer arguments (``name``, ``dtype``, ...).
 
+    Raises:
+        TypeError, ValueError: As ``cpp_blur``, at construction for ``ksize`` / ``sigma``
+            and at call time for the images.
+
     Example:
         >>> import numpy as np
-        >>> CppGaussianBlur(ksize=3)(np.ones((2, 8, 8, 3), np.float32)).shape
-        TensorShape([2, 8, 8, 3])
+        >>> layer = CppGaussianBlur(ksize=3)
+        >>> layer(np.ones((2, 8, 8, 3), np.float32)).shape, layer.supports_jit
+        (TensorShape([2, 8, 8, 3]), False)
     """
+
+    def __init__(self, ksize: int = 5, sigma: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(ksize, sigma, **kwargs)
+        self.supports_jit = False  # keeps model.compile()'s jit_compile="auto" off XLA
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return cpp_blur(inputs, self.ksize, self.sigma)

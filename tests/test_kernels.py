@@ -166,8 +166,9 @@ def test_tflite_cannot_run_the_op(tmp_path):
         ({"ksize": 0}, ValueError, "ksize"),
         ({"ksize": 5.0}, TypeError, "ksize"),
         ({"sigma": -1.0}, ValueError, "sigma"),
-        ({"images": np.zeros((8, 8, 3), np.int32)}, TypeError, "images: expected dtype float32 or float64"),
-        ({"images": np.zeros((8, 8, 3), np.float16)}, TypeError, "got float16"),
+        ({"images": np.zeros((8, 8, 3), np.int32)}, TypeError,
+         "images: expected dtype float16, bfloat16, float32 or float64 \\(cast other images first\\), got int32"),
+        ({"images": np.zeros((8, 8, 3), np.complex64)}, TypeError, "got complex64"),
         ({"images": np.zeros((8, 8), np.float32)}, ValueError, "images: expected rank 3"),
         ({"images": np.zeros((1, 2, 8, 8, 3), np.float32)}, ValueError, "images: expected rank 3"),
         ({"images": np.zeros((8, 2, 3), np.float32)}, ValueError, "ksize // 2 = 2"),
@@ -243,3 +244,86 @@ def test_source_sections_and_unknown_section():
     assert "OP_REQUIRES" in kernels.source_section("kernel")
     with pytest.raises(ValueError, match="name: expected one of"):
         kernels.source_section("nothing")
+
+
+# --- GPU runtime and mixed precision, checked on the CPU ----------------------------------------
+
+
+class _FakeGPU:
+    name, device_type = "/physical_device:GPU:0", "GPU"
+
+
+def _compile_as_on_a_gpu(model, monkeypatch):
+    """``model.compile()`` with a GPU visible to Keras: jit_compile="auto" resolves as on Colab."""
+    real_list = tf.config.list_physical_devices
+    with monkeypatch.context() as patched:  # Keras lists the physical devices to resolve "auto"
+        patched.setattr(tf.config, "list_physical_devices", lambda kind=None: [*real_list(kind), _FakeGPU()])
+        model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def _blur_model(blur_layer):
+    inputs = keras.Input((16, 16, 3))
+    x = blur_layer(keras.layers.Conv2D(3, 3, padding="same")(inputs))
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(x)))
+
+
+def test_auto_jit_compile_on_a_gpu_leaves_the_compiled_blur_out_of_xla(monkeypatch):
+    from companion.pyfunc import GaussianBlur
+
+    keras.utils.set_random_seed(0)
+    jitted = _compile_as_on_a_gpu(_blur_model(GaussianBlur()), monkeypatch)
+    assert jitted.jit_compile is True  # the fake GPU works: Keras chose XLA for the native blur
+    model = _compile_as_on_a_gpu(_blur_model(CppGaussianBlur()), monkeypatch)
+    # Under XLA this step fails: "No registered 'GaussianBlur' OpKernel for XLA_CPU_JIT devices".
+    history = model.fit(_images((4, 16, 16, 3)), np.zeros((4, 2), np.float32), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0]) and model.jit_compile is False
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_images_are_blurred_in_float32_and_returned_in_their_dtype(dtype):
+    images = _images((2, 12, 10, 3), seed=5)
+    half = tf.cast(images, dtype)
+    got = cpp_blur(half, 5, 1.2)
+    assert got.dtype == dtype
+    expected = tf.cast(_opencv(tf.cast(half, tf.float32).numpy(), 5, 1.2), dtype)  # one rounding
+    np.testing.assert_array_equal(tf.cast(got, tf.float32).numpy(), tf.cast(expected, tf.float32).numpy())
+    with tf.GradientTape() as tape:
+        tape.watch(half)
+        total = tf.reduce_sum(tf.cast(cpp_blur(half, 5, 1.2), tf.float32) * 3.0)
+    gradient = tape.gradient(total, half)
+    assert gradient.dtype == dtype
+    expected_gradient = load_blur_op().gaussian_blur_grad(tf.fill(half.shape, 3.0), gaussian_kernel(5, 1.2).astype(np.float32))
+    np.testing.assert_array_equal(tf.cast(gradient, tf.float32).numpy(), tf.cast(tf.cast(expected_gradient, dtype), tf.float32).numpy())
+
+
+def test_layer_trains_under_mixed_float16():
+    keras.utils.set_random_seed(0)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = _blur_model(CppGaussianBlur(ksize=5))
+        model.compile(optimizer="sgd", loss="mse")
+        images = _images((4, 16, 16, 3))
+        conv = model.layers[1]
+        before = conv.get_weights()[0].copy()
+        history = model.fit(images, np.ones((4, 2), np.float32), epochs=1, verbose=0)
+        blur = model.layers[2]
+        assert blur.compute_dtype == "float16" and blur.output.dtype == "float16"
+        assert np.isfinite(history.history["loss"][0])
+        assert np.abs(conv.get_weights()[0] - before).max() > 0  # the gradient went through the op
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_the_weights_are_computed_once_and_graphs_get_their_own_constant(monkeypatch):
+    calls = []
+    real = kernels.gaussian_kernel
+    monkeypatch.setattr(kernels, "gaussian_kernel", lambda *args: calls.append(args) or real(*args))
+    images = _images((2, 9, 9, 3))
+    first, second = cpp_blur(images, 13, 0.7), cpp_blur(images, 13, 0.7)  # eager: one cached tensor
+    np.testing.assert_array_equal(first.numpy(), second.numpy())
+    assert calls == [(13, 0.7)]
+    graph = tf.function(lambda x: cpp_blur(x, 13, 0.7)).get_concrete_function(tf.TensorSpec([2, 9, 9, 3])).graph
+    (blur,) = [op for op in graph.get_operations() if op.type == "GaussianBlur"]
+    assert blur.inputs[1].op.type == "Const"  # not an eager tensor captured from outside the graph
+    assert calls == [(13, 0.7)]
