@@ -79,6 +79,36 @@ def test_every_exercise_has_a_difficulty_and_a_hidden_tested_solution(path):
     assert sorted(solutions) == sorted(number for number, _ in items)
 
 
+#: What an output-checked cell must not show, as it changes with the machine or its load: a time
+#: (``2.01 ms``, ``examples/s``), and a rounding-level figure printed as ``1.2e-07`` (one decimal, an
+#: exponent of -5 or below: a measured difference near a dtype's epsilon, which another CPU rounds
+#: differently). Print the verdict of the bound instead (``within 2 eps: True``).
+TIMING_CALL = re.compile(r"\b(perf_counter|time_call|timeit)\(")
+TIMING_FIGURE = re.compile(r"\d(\.\d+)? ?(ms|µs|us|ns)\b|examples/s\b")
+ROUNDING_FIGURE = re.compile(r"(?<![\d.])\d\.\de-(0[5-9]|[1-9]\d)\b")
+
+
+def test_the_output_guard_catches_timings_and_rounding_figures():
+    assert TIMING_FIGURE.search("6 ms  6.013") and TIMING_FIGURE.search("1,024 examples/s")
+    assert ROUNDING_FIGURE.search("float32  0.0e+00  1.2e-07") and ROUNDING_FIGURE.search("1.1e-16")
+    assert not ROUNDING_FIGURE.search("atol 1e-06, softplus(-20) = 2.061e-09, 2**-17 = 7.62939453125e-06")
+    assert not TIMING_FIGURE.search("4 items, terms, 10 seconds")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_output_checked_cells_hold_no_timings_or_rounding_figures(path):
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        if "nbval-check-output" not in cell.metadata.get("tags", []):
+            continue
+        text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in cell.outputs)
+        where = f"an nbval-check-output cell ({cell.source[:50]!r}...)"
+        assert not TIMING_CALL.search(cell.source), f"{where} times something: tag it nbval-ignore-output"
+        for pattern in (TIMING_FIGURE, ROUNDING_FIGURE):
+            found = pattern.search(text)
+            assert not found, f"{where} shows {found.group()!r}, which another machine prints differently"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_stored_outputs_hold_no_terminal_colour_codes(path):
     notebook = nbformat.read(path, as_version=4)
