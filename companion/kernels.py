@@ -4,7 +4,10 @@ Beyond the four paths of chapters 2-5: ``_kernels/blur_op.cc`` (shipped inside t
 defines the ops ``GaussianBlur`` and ``GaussianBlurGrad`` (its adjoint) with CPU kernels.
 ``build_blur_op`` compiles it with the system C++ compiler against the installed TensorFlow's
 headers (``tf.sysconfig``) into a per-user cache, keyed by the TensorFlow version, the
-compiler and the source, so each stack builds once and later processes reuse the library.
+compiler, the flags and the source, so each stack builds once and later processes reuse the
+library. Next to each library a ``manifest.json`` records what it was built from and with (and
+the library's size and SHA-256); a process that cannot run the compiler (a serving image has
+none) loads a cached build whose manifest matches its TensorFlow, source and flags.
 ``load_blur_op`` loads it (``tf.load_op_library``) and registers the gradient; ``cpp_blur``
 and the ``CppGaussianBlur`` layer use it and compute what ``cv2.GaussianBlur`` and
 ``companion.pyfunc.native_blur`` compute.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -41,8 +45,12 @@ from companion.pyfunc import GaussianBlur, _check_ksize, _check_sigma, gaussian_
 SOURCE = Path(__file__).with_name("_kernels") / "blur_op.cc"
 #: The compiler flags added to TensorFlow's own. They make a shared library optimised for any
 #: x86-64/ARM CPU (no ``-march=native``: a library built on one machine may run on another with the
-#: same cache).
-BUILD_FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O3", "-w")
+#: same cache), with the compiler's warnings on; ``build_command`` passes TensorFlow's include
+#: folder as ``-isystem``, which silences the warnings of its headers but not of our source.
+BUILD_FLAGS = ("-std=c++17", "-shared", "-fPIC", "-O3", "-Wall", "-Wextra")
+#: The files of one build, in ``<cache>/<build_key>/``. The manifest is written last: a folder
+#: without it holds no complete build.
+LIBRARY, MANIFEST = "blur_op.so", "manifest.json"
 #: Op names registered by the library (and the gradient registered for each).
 OP_NAMES = ("GaussianBlur", "GaussianBlurGrad")
 
@@ -72,12 +80,22 @@ def tensorflow_flags() -> tuple[list[str], list[str]]:
 def build_command(source: Path | str, output: Path | str, cxx: str | None = None) -> list[str]:
     """The compiler command line that turns ``source`` into the shared library ``output``.
 
+    TensorFlow's include folders (``-I`` in ``tf.sysconfig``) become ``-isystem`` folders: the
+    compiler then reports warnings in our source only, not in TensorFlow's headers.
+
     Example:
-        >>> build_command("blur_op.cc", "blur_op.so", "g++")[:6]
-        ['g++', '-std=c++17', '-shared', '-fPIC', '-O3', '-w']
+        >>> build_command("blur_op.cc", "blur_op.so", "g++")[:7]
+        ['g++', '-std=c++17', '-shared', '-fPIC', '-O3', '-Wall', '-Wextra']
     """
+    return [cxx or compiler(), *BUILD_FLAGS, str(source), "-o", str(output), *_tensorflow_build_flags()]
+
+
+def _tensorflow_build_flags() -> list[str]:
+    """``tensorflow_flags()`` as the compiler gets them: ``-I<folder>`` as ``-isystem <folder>``."""
     compile_flags, link_flags = tensorflow_flags()
-    return [cxx or compiler(), *BUILD_FLAGS, str(source), "-o", str(output), *compile_flags, *link_flags]
+    system_includes = [part for flag in compile_flags
+                       for part in (["-isystem", flag[2:]] if flag.startswith("-I") else [flag])]
+    return [*system_includes, *link_flags]
 
 
 def _compiler_version(cxx: str) -> str:
@@ -104,13 +122,48 @@ def _check_headers(compile_flags: list[str]) -> None:
         )
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _toolchain_free_identity() -> dict[str, Any]:
+    """What a build depends on apart from the compiler: TensorFlow, platform, flags, source."""
+    return {"tensorflow": tf.__version__, "platform": sys.platform,
+            "flags": [*BUILD_FLAGS, *_tensorflow_build_flags()], "source_sha256": _sha256(SOURCE)}
+
+
+def _identity(cxx: str) -> dict[str, Any]:
+    """What a build depends on: ``_toolchain_free_identity`` and the compiler's version line."""
+    return {**_toolchain_free_identity(), "compiler": _compiler_version(cxx)}
+
+
+def _key(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def build_key(cxx: str | None = None) -> str:
-    """Hex digest of what the library depends on: TensorFlow, compiler, flags and source."""
-    cxx = cxx or compiler()
-    compile_flags, link_flags = tensorflow_flags()
-    parts = [tf.__version__, sys.platform, _compiler_version(cxx), *BUILD_FLAGS, *compile_flags,
-             *link_flags, SOURCE.read_text()]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+    """Hex digest of what the library depends on: TensorFlow, compiler, flags and source.
+
+    Raises:
+        BuildError: If the compiler cannot be run (its version is part of the key).
+    """
+    return _key(_identity(cxx or compiler()))
+
+
+def _matching_build(root: Path) -> Path | None:
+    """The newest complete build under ``root`` for this TensorFlow, platform, flags and source,
+    whichever compiler made it (what a process without a compiler can load), or None."""
+    wanted = _toolchain_free_identity()
+    found = []
+    for manifest_path in root.glob(f"*/{MANIFEST}"):
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):  # unreadable: not a build to trust
+            continue
+        library = manifest_path.parent / LIBRARY
+        if isinstance(manifest, dict) and all(manifest.get(k) == v for k, v in wanted.items()) and library.is_file():
+            found.append((manifest_path.stat().st_mtime, str(library)))
+    return Path(max(found)[1]) if found else None
 
 
 @contextlib.contextmanager
@@ -129,22 +182,38 @@ def _locked(folder: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _compile(command: list[str], output: Path) -> None:
-    """Run the compiler; BuildError with its last lines of output when it fails."""
+def _compile(command: list[str], output: Path) -> str:
+    """Run the compiler and return what it printed (warnings); BuildError with its last lines of
+    output when it fails."""
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
         raise BuildError(f"compiling {SOURCE.name} failed (exit {result.returncode}):\n{' '.join(command)}\n{tail}")
     if not output.is_file():
         raise BuildError(f"compiling {SOURCE.name} produced no {output}")
+    return result.stdout + result.stderr
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None) -> Path:
     """Compile ``blur_op.cc`` into the cache unless it is already there; return the library's path.
 
     Safe when several processes build at once (tests and notebooks run in parallel): a file
-    lock lets one compile while the others wait, and the library is written to a temporary
-    file and renamed into place, so nobody ever loads half a file.
+    lock lets one compile while the others wait, and the library and then its manifest are
+    written to temporary files and renamed into place, so nobody ever loads half a file.
+    The manifest (``manifest.json``) records the TensorFlow version, platform, flags, source
+    SHA-256, compiler, the compiler's output and the library's name, size and SHA-256.
+
+    When the compiler cannot be run (none installed, as in a serving image), a cached build
+    made for this TensorFlow, platform, flags and source by any compiler is used instead.
 
     Args:
         cache_dir: Root of the cache (default ``cache_root()``); the library goes to
@@ -155,30 +224,42 @@ def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None
         The path of the shared library.
 
     Raises:
-        BuildError: If the compiler is missing, TensorFlow's headers are missing or the
-            compilation fails (the message says which, and what to do).
+        BuildError: If the compiler is missing and no cached build matches, TensorFlow's headers
+            are missing or the compilation fails (the message says which, and what to do).
 
     Example:
         >>> build_blur_op().name
         'blur_op.so'
     """
     cxx = cxx or compiler()
-    key = build_key(cxx)
-    folder = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
-    folder = folder / key
-    library = folder / "blur_op.so"
-    if library.is_file():
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+    try:
+        identity = _identity(cxx)
+    except BuildError as no_compiler:
+        cached = _matching_build(root)
+        if cached is None:
+            raise BuildError(
+                f"{no_compiler}; and no cached build in {root} matches TensorFlow {tf.__version__}, "
+                "this source and these flags (copy a cache built with them, or set WHITE_BOX_TF_CACHE)"
+            ) from None
+        return cached
+    folder = root / _key(identity)
+    library, manifest = folder / LIBRARY, folder / MANIFEST
+    if manifest.is_file() and library.is_file():
         return library
     _check_headers(tensorflow_flags()[0])
     folder.mkdir(parents=True, exist_ok=True)
     with _locked(folder):
-        if not library.is_file():  # another process may have built it while we waited
+        if not (manifest.is_file() and library.is_file()):  # another process may have built it
             partial = folder / f"blur_op.{os.getpid()}.tmp.so"
             try:
-                _compile(build_command(SOURCE, partial, cxx), partial)
+                output = _compile(build_command(SOURCE, partial, cxx), partial)
+                record = {**identity, "compiler_output": output,
+                          "library": {"name": LIBRARY, "size": partial.stat().st_size, "sha256": _sha256(partial)}}
                 os.replace(partial, library)
             finally:
                 partial.unlink(missing_ok=True)
+            _write_atomically(manifest, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return library
 
 
@@ -369,10 +450,10 @@ def source_section(name: str) -> str:
 
 def main() -> None:
     """``python -m companion.kernels``: build the library now (``make`` runs it), say where it is."""
-    start = time.perf_counter()
-    cached = (cache_root() / build_key() / "blur_op.so").is_file()
+    started, start = time.time(), time.perf_counter()
     library = build_blur_op()
-    how = "cached" if cached else f"compiled in {time.perf_counter() - start:.1f} s"
+    fresh = library.stat().st_mtime >= started  # written by this call
+    how = f"compiled in {time.perf_counter() - start:.1f} s" if fresh else "cached"
     print(f"GaussianBlur op for TensorFlow {tf.__version__}: {library} ({how})")
 
 

@@ -2,6 +2,8 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import hashlib
+import json
 import subprocess
 import sys
 import textwrap
@@ -223,7 +225,7 @@ def test_concurrent_builds_compile_once_and_the_cache_is_reused(monkeypatch, tmp
     paths = {out.strip() for out, _ in outputs}
     assert len(paths) == 1
     library = paths.pop()
-    assert [p.name for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"] == ["blur_op.so"]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock") == ["blur_op.so", "manifest.json"]
     # A second build with the same key does not run the compiler.
     monkeypatch.setattr(kernels, "_compile", lambda *args: pytest.fail("recompiled a cached library"))
     assert str(build_blur_op(cache_dir=tmp_path)) == library
@@ -327,3 +329,44 @@ def test_the_weights_are_computed_once_and_graphs_get_their_own_constant(monkeyp
     (blur,) = [op for op in graph.get_operations() if op.type == "GaussianBlur"]
     assert blur.inputs[1].op.type == "Const"  # not an eager tensor captured from outside the graph
     assert calls == [(13, 0.7)]
+
+
+# --- the build: a cached library needs no compiler; the project's source compiles without warnings
+
+
+@pytest.fixture(scope="module")
+def fresh_build(tmp_path_factory):
+    """One build into an empty cache (the compile runs here, with this module's flags)."""
+    root = tmp_path_factory.mktemp("cache")
+    return root, build_blur_op(cache_dir=root)
+
+
+def test_a_cached_build_loads_without_a_compiler(fresh_build, tmp_path):
+    root, library = fresh_build
+    code = textwrap.dedent("""
+        import numpy as np
+        from companion.kernels import build_blur_op, cpp_blur
+        print(build_blur_op())
+        print(cpp_blur(np.ones((1, 8, 8, 1), np.float32)).numpy().max())
+    """)
+    result = run_python(code, env={"WHITE_BOX_TF_CXX": "/nonexistent", "WHITE_BOX_TF_CACHE": str(root)})
+    assert result.stdout.split() == [str(library), "1.0"], result.stderr[-2000:]
+    # Without a compiler and without a matching build, the error says both.
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setenv("WHITE_BOX_TF_CXX", "/nonexistent")
+        with pytest.raises(BuildError, match="'/nonexistent', which is not found.*no cached build in"):
+            build_blur_op(cache_dir=tmp_path)
+
+
+def test_a_build_records_a_manifest_and_compiles_without_warnings(fresh_build):
+    root, library = fresh_build
+    command = kernels.build_command(kernels.SOURCE, "blur_op.so", "g++")
+    assert "-w" not in command and {"-Wall", "-Wextra"} <= set(command)
+    assert not [flag for flag in command if flag.startswith("-I")] and "-isystem" in command
+    manifest = json.loads((library.parent / "manifest.json").read_text())
+    assert manifest["tensorflow"] == tf.__version__
+    assert manifest["source_sha256"] == hashlib.sha256(kernels.SOURCE.read_bytes()).hexdigest()
+    assert manifest["library"] == {"name": "blur_op.so", "size": library.stat().st_size,
+                                   "sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
+    warnings = [line for line in manifest["compiler_output"].splitlines() if "warning" in line]
+    assert not [line for line in warnings if "blur_op.cc" in line], warnings[:5]
