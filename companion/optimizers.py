@@ -366,9 +366,13 @@ class _Wrapper(keras.optimizers.Optimizer):
     def build(self, variables: list[Any]) -> None:
         if self.built:
             return
-        self.inner_optimizer.build(variables)
-        super().build(variables)
-        self._build_own(list(variables))
+        # Outside any function being traced: without a strategy, model.fit builds the optimizer
+        # while tracing its first step, and XLA (compile's default on a GPU) cannot lift out a
+        # variable whose initial value reads another variable, as Lookahead's slow copies do.
+        with tf.init_scope():
+            self.inner_optimizer.build(variables)
+            super().build(variables)
+            self._build_own(list(variables))
 
     def _build_own(self, variables: list[Any]) -> None:
         """Create the wrapper's own variables."""
