@@ -63,6 +63,17 @@ def test_cpp_blur_matches_opencv_rank3(ksize, sigma, channels):
     assert np.abs(got.numpy() - expected).max() < 1e-5
 
 
+def test_large_batches_split_in_chunks_over_threads_equal_opencv_and_native_gradient():
+    # 8 * 128 rows of 96 x 3 floats: about 50 chunks, shared by the caller and the pool's threads.
+    images = tf.constant(_images((8, 128, 96, 3), seed=6))
+    np.testing.assert_allclose(cpp_blur(images, 7).numpy(), _opencv(images.numpy(), 7, 0.0), rtol=0, atol=1e-5)
+    upstream = tf.constant(_images((8, 128, 96, 3), seed=7))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(images)
+        ours, theirs = (tf.reduce_sum(blur(images, 7) * upstream) for blur in (cpp_blur, native_blur))
+    np.testing.assert_allclose(tape.gradient(ours, images), tape.gradient(theirs, images), rtol=0, atol=1e-5)
+
+
 def test_float64_and_unknown_shape_in_tf_function():
     images = _images((2, 10, 14, 2), dtype=np.float64)
     spec = tf.TensorSpec([None, None, None, 2], tf.float64)

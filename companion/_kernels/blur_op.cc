@@ -8,14 +8,19 @@
 
 // ==== includes ====
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/util/work_sharder.h"
+#include "tensorflow/core/platform/threadpool.h"
 
 namespace {
 
@@ -200,6 +205,46 @@ void (*ChooseBlurRows())(const Rows<T>&, int64_t, int64_t) {
   return BlurRowsPortable<T>;
 }
 
+// ==== parallel rows ====
+// Runs work(begin, end) over [0, total) in chunks of `chunk` rows, taken in order from a shared
+// counter by the calling thread and by helpers scheduled on TensorFlow's CPU pool. The caller
+// never waits for a helper that has not started: it takes the remaining chunks itself and waits
+// only for chunks in progress. (A fixed split, as tensorflow::Shard makes, waits for every part:
+// on a machine whose cores are busy with other processes a helper may start milliseconds late.)
+// A helper that starts after the work is done finds no chunk and touches nothing but `state`.
+struct Chunks {
+  std::function<void(int64_t, int64_t)> work;
+  int64_t total = 0, chunk = 1;
+  std::atomic<int64_t> next{0};
+  int64_t done = 0;  // rows finished, guarded by `mutex`
+  std::mutex mutex;
+  std::condition_variable finished;
+
+  void Drain() {
+    for (int64_t begin; (begin = next.fetch_add(chunk)) < total;) {
+      const int64_t end = std::min(begin + chunk, total);
+      work(begin, end);
+      std::lock_guard<std::mutex> lock(mutex);
+      done += end - begin;
+      if (done == total) finished.notify_all();
+    }
+  }
+};
+
+inline void ParallelRows(int64_t helpers, ::tensorflow::thread::ThreadPool* pool, int64_t total,
+                         int64_t chunk, std::function<void(int64_t, int64_t)> work) {
+  auto state = std::make_shared<Chunks>();
+  state->work = std::move(work);
+  state->total = total;
+  state->chunk = std::max<int64_t>(chunk, 1);
+  const int64_t chunks = (total + state->chunk - 1) / state->chunk;
+  helpers = std::min(helpers, chunks - 1);  // one chunk: no helper, the caller does it
+  for (int64_t h = 0; h < helpers; ++h) pool->Schedule([state] { state->Drain(); });
+  state->Drain();
+  std::unique_lock<std::mutex> lock(state->mutex);
+  state->finished.wait(lock, [&] { return state->done == total; });
+}
+
 // ==== kernel ====
 // Checks the inputs (OP_REQUIRES turns a failed check into an InvalidArgument error for the
 // caller), allocates the output and blurs its N * H rows in parallel on TensorFlow's CPU pool.
@@ -239,9 +284,13 @@ class BlurOp : public OpKernel {
     const Rows<T> job{in, out, height, row_length, channels, &down, &across};
     const auto blur_rows_on_this_cpu = ChooseBlurRows<T>();
     auto blur_rows = [&](int64_t begin, int64_t end) { blur_rows_on_this_cpu(job, begin, end); };
-    const int64_t cost_per_row = row_length * (down.taps[0].size() + ksize) * 2;  // ~cycles
+    // Chunks of about 64K multiply-adds (tens of microseconds); the calling thread and one
+    // helper per further thread of the pool (the pool has as many threads as intra-op
+    // parallelism allows) share them.
+    const int64_t work_per_row = row_length * static_cast<int64_t>(down.taps[0].size() + ksize);
     const auto* pool = context->device()->tensorflow_cpu_worker_threads();
-    ::tensorflow::Shard(pool->num_threads, pool->workers, batch * height, cost_per_row, blur_rows);
+    ParallelRows(pool->num_threads - 1, pool->workers, batch * height, (1 << 16) / work_per_row,
+                 blur_rows);
   }
 };
 
