@@ -208,17 +208,34 @@ def _config_problems(item: Any) -> list[str]:
                 f"keras.saving.serialize_keras_object(...) of it instead"]
     problems = []
     if not _is_keras_module(_defining_module(type(item), "get_config")):  # written by the user
-        for name, parameter in inspect.signature(type(item).__init__).parameters.items():
-            if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-                continue
+        for name, parameter in _constructor_arguments(type(item)):
             if name not in config:
                 fallback = ("fails (no default)" if parameter.default is parameter.empty
                             else f"gets the default {parameter.default!r}")
                 problems.append(f"{cls}.get_config() does not store the constructor argument {name!r}: "
                                 f"from_config {fallback}")
+    elif isinstance(item, keras.Model) and not _is_functional(item):
+        names = [name for name, _ in _constructor_arguments(type(item))]
+        if names:
+            problems.append(f"{cls} is a subclassed Model without its own get_config: Keras records no "
+                            f"constructor arguments of a model ({', '.join(names)}), so loading builds it "
+                            f"with their defaults; write get_config")
     if problems or isinstance(item, keras.optimizers.Optimizer):
         return problems
     return _from_config_problems(item, json.loads(json.dumps(config)))
+
+
+def _constructor_arguments(cls: type) -> list[tuple[str, inspect.Parameter]]:
+    """The named parameters of ``cls.__init__`` (no ``self``, ``*args`` or ``**kwargs``)."""
+    parameters = inspect.signature(cls.__init__).parameters.items()
+    return [(name, parameter) for name, parameter in parameters
+            if name != "self" and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)]
+
+
+def _is_functional(model: keras.Model) -> bool:
+    """True for a model built from inputs and outputs (its config is the graph, not arguments)."""
+    return any(klass.__name__ == "Functional" and _is_keras_module(klass.__module__)
+               for klass in type(model).__mro__)
 
 
 def _defining_module(cls: type, attribute: str) -> str | None:
@@ -248,13 +265,19 @@ def _registry_entries(serialized: Any) -> Iterator[tuple[str, str]]:
             name, module = serialized["class_name"], serialized.get("module")
             if name == "function" and not (module or "").startswith("keras"):  # Keras's own are strings
                 yield "function", str(serialized["config"])
-            elif name != "__lambda__" and not _is_keras_module(module):  # a lambda is bytecode, not a name
+            elif not _is_keras_marker(name) and not _is_keras_module(module):
                 yield "class", serialized.get("registered_name") or name
         for value in serialized.values():
             yield from _registry_entries(value)
     elif isinstance(serialized, (list, tuple)):
         for value in serialized:
             yield from _registry_entries(value)
+
+
+def _is_keras_marker(name: str) -> bool:
+    """Keras's own entries that are no class to look up: ``__lambda__`` (bytecode), a functional
+    model's ``__keras_tensor__`` (a node's input), ``__tensor__``, ``__numpy__``, ..."""
+    return name.startswith("__") and name.endswith("__")
 
 
 #: Where Keras looks up a function saved by its bare name (``serialization_lib.BUILTIN_MODULES``).

@@ -148,6 +148,36 @@ def test_an_attribute_changed_after_construction_shows_as_different_outputs():
     assert len(report.problems) == 1 and report.problems[0].startswith("outputs on sample_input differ after loading")
 
 
+@keras.saving.register_keras_serializable(package="test_diag")
+class ScaledModel(keras.Model):
+    """A subclassed model without get_config: Keras records none of its constructor arguments."""
+
+    def __init__(self, scale=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.scale = scale
+        self.dense = keras.layers.Dense(2)
+
+    def call(self, inputs):
+        return self.dense(inputs) * self.scale
+
+
+def test_a_subclassed_model_without_get_config_is_flagged_even_without_a_sample_input():
+    model = ScaledModel(10.0)
+    model(X)
+    report = check_roundtrip(model, fresh_process=False)  # it reloads silently with scale=1.0
+    assert report.problems == [
+        "ScaledModel is a subclassed Model without its own get_config: Keras records no constructor "
+        "arguments of a model (scale), so loading builds it with their defaults; write get_config"]
+    with_sample = check_roundtrip(model, X, fresh_process=False)
+    assert any(p.startswith("outputs on sample_input differ after loading") for p in with_sample.problems)
+
+
+def test_a_functional_model_of_a_model_subclass_is_not_flagged_for_its_arguments():
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    assert check_roundtrip(model, X, fresh_process=False).ok
+
+
 def test_lambda_layer_is_refused_in_safe_mode():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Lambda(lambda t: t * 2)])
     report = check_roundtrip(model, X, fresh_process=False)
