@@ -161,7 +161,8 @@ def _matching_build(root: Path) -> Path | None:
         except (OSError, ValueError):  # unreadable: not a build to trust
             continue
         library = manifest_path.parent / LIBRARY
-        if isinstance(manifest, dict) and all(manifest.get(k) == v for k, v in wanted.items()) and library.is_file():
+        matches = isinstance(manifest, dict) and all(manifest.get(k) == v for k, v in wanted.items())
+        if matches and library.is_file():
             found.append((manifest_path.stat().st_mtime, str(library)))
     return Path(max(found)[1]) if found else None
 
@@ -239,8 +240,9 @@ def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None
         cached = _matching_build(root)
         if cached is None:
             raise BuildError(
-                f"{no_compiler}; and no cached build in {root} matches TensorFlow {tf.__version__}, "
-                "this source and these flags (copy a cache built with them, or set WHITE_BOX_TF_CACHE)"
+                f"{no_compiler}; and no cached build in {root} matches TensorFlow "
+                f"{tf.__version__}, this source and these flags (copy a cache built with them, or "
+                "set WHITE_BOX_TF_CACHE)"
             ) from None
         return cached
     folder = root / _key(identity)
@@ -254,8 +256,8 @@ def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None
             partial = folder / f"blur_op.{os.getpid()}.tmp.so"
             try:
                 output = _compile(build_command(SOURCE, partial, cxx), partial)
-                record = {**identity, "compiler_output": output,
-                          "library": {"name": LIBRARY, "size": partial.stat().st_size, "sha256": _sha256(partial)}}
+                built = {"name": LIBRARY, "size": partial.stat().st_size, "sha256": _sha256(partial)}
+                record = {**identity, "compiler_output": output, "library": built}
                 os.replace(partial, library)
             finally:
                 partial.unlink(missing_ok=True)
@@ -303,10 +305,10 @@ def _register_gradients(module: Any) -> None:
             pass
 
 
-#: Image dtypes ``cpp_blur`` takes. The op's kernels are float32/float64; half-precision images
-#: are blurred in float32 (see ``cpp_blur``).
-BLUR_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
-_HALF_DTYPES = (tf.float16, tf.bfloat16)
+#: The image dtypes ``cpp_blur`` takes -> the dtype the op computes in. The op's kernels are
+#: float32/float64; half-precision images are blurred in float32 (see ``cpp_blur``).
+_COMPUTE_DTYPES = {tf.float16: tf.float32, tf.bfloat16: tf.float32, tf.float32: tf.float32,
+                   tf.float64: tf.float64}
 
 
 @functools.lru_cache(maxsize=64)
@@ -373,26 +375,28 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
     ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
     images = tf.convert_to_tensor(images)
     dtype, shape = images.dtype, images.shape
-    if dtype not in BLUR_DTYPES:
+    compute_dtype = _COMPUTE_DTYPES.get(dtype)
+    if compute_dtype is None:
         raise TypeError(
             "images: expected dtype float16, bfloat16, float32 or float64 (cast other images "
             f"first), got {dtype.name}"
         )
-    if shape.rank not in (3, 4):
+    rank = shape.rank
+    if rank not in (3, 4):
         raise ValueError(f"images: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {shape}")
-    if any(d is not None and d <= ksize // 2 for d in shape[-3:-1]):
+    if any(d is not None and d <= ksize // 2 for d in tuple(shape)[-3:-1]):
         raise ValueError(
             f"images: expected height and width > ksize // 2 = {ksize // 2} for reflect "
             f"padding, got shape {shape}"
         )
-    compute_dtype = tf.float32 if dtype in _HALF_DTYPES else dtype
-    batch = images if shape.rank == 4 else tf.expand_dims(images, 0)
-    if compute_dtype != dtype:
+    half = compute_dtype != dtype
+    batch = images if rank == 4 else tf.expand_dims(images, 0)
+    if half:
         batch = tf.cast(batch, compute_dtype)
     blurred = load_blur_op().gaussian_blur(batch, _kernel_tensor(ksize, sigma, compute_dtype))
-    if compute_dtype != dtype:
+    if half:
         blurred = tf.cast(blurred, dtype)
-    return blurred if shape.rank == 4 else tf.squeeze(blurred, 0)
+    return blurred if rank == 4 else tf.squeeze(blurred, 0)
 
 
 @keras.saving.register_keras_serializable(package="companion")
