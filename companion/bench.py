@@ -879,8 +879,10 @@ def compiled_blur_vs_opencv(
     """Time chapter 11's compiled blur op against ``cv2.GaussianBlur`` called directly, on the CPU.
 
     Both blur the same batch (5x5, sigma from OpenCV's rule): the op takes it as a tensor,
-    OpenCV as a NumPy array, image by image, as ``companion.pyfunc.cv2_blur`` does. The op is
-    a CPU kernel, so this runs on the CPU whatever the machine has. The first call in a process
+    OpenCV as a NumPy array, image by image, as ``companion.pyfunc.cv2_blur`` does. Each call
+    ends with the blurred batch as a new NumPy array, so both sides pay one copy of it: the op's
+    result is fetched (``fetch``: ``.numpy()``), OpenCV's images are stacked. The op is a CPU
+    kernel, so this runs on the CPU whatever the machine has. The first call in a process
     loads the op's library (compiling it if it is not cached), before any timing.
 
     Args:
