@@ -164,86 +164,112 @@ def _device_scope(device: str | None) -> Any:
     return tf.device(device)
 
 
-def _epoch_end_times(run: Callable[[Callable[[], None]], Any]) -> list[float]:
-    """``run(mark)`` trains, calling ``mark()`` after each epoch; the clock reading of each call."""
-    times: list[float] = []
-    run(lambda: times.append(time.perf_counter()))
-    return times
+#: The models ``training_loop_vs_fit`` trains: ``(examples, batch size)`` by default for each.
+LOOP_MODELS = {"chapter 7": (1024, 64), "mlp": (4096, 128)}
 
 
-def training_loop_vs_fit(
-    *, examples: int = 1024, batch_size: int = 64, epochs: int = 5, repeats: int = 5, seed: int = 0
-) -> dict[str, Any]:
-    """Training throughput of ``companion.training.fit`` next to ``model.fit`` (examples per second).
+def _loop_problem(model: str, examples: int, seed: int) -> tuple[Any, Any, Any]:
+    """``(dataset without batching, model maker, loss)`` for one of ``LOOP_MODELS``.
 
-    Both train the chapter-7 model (``companion.models.functional_multimodal`` on
-    ``make_shapes(examples)`` at 32x32, batches of ``batch_size``, Adam, sparse cross-entropy,
-    an accuracy metric, no progress output) from the same initial weights, on the same
-    ``tf.data`` pipeline, alternately, ``repeats`` times. Each run lasts ``epochs`` epochs and
-    is timed from the end of its first epoch to the end of its last, so one-off costs (tracing
-    the step, which the custom loop does on every call and ``model.fit`` on its first) are left
-    out: what remains is the steady-state cost of the steps, the loop around them and the
-    metrics. The ratio is custom loop / ``model.fit``: 1.0 means as fast, above 1 faster.
-
-    Args:
-        examples: Training examples per epoch (>= batch_size).
-        batch_size: Examples per step (>= 1).
-        epochs: Epochs per run (>= 2: the first is not timed).
-        repeats: Runs of each (>= 1); the medians are reported.
-        seed: Seed of the data and of the initial weights.
-
-    Returns:
-        A dict with ``name``, ``ratio`` (custom / fit throughput), ``custom_median`` and
-        ``reference_median`` (``model.fit``'s; examples/s), ``unit``, ``device``, ``versions``
-        and the ``settings``.
+    ``"chapter 7"``: ``companion.models.functional_multimodal`` on ``make_shapes(examples)`` at
+    32x32 (softmax output). ``"mlp"``: Dense 256-256-2 (ReLU, logits) on ``examples`` x 64 normal
+    inputs labelled by the sign of their first feature: steps of about a millisecond on a CPU,
+    where the loop around the step is a large part of the time.
     """
     import keras
     import tensorflow as tf
 
     from companion.data import make_shapes
     from companion.models import functional_multimodal
+
+    if model == "chapter 7":
+        (images, meta), labels = make_shapes(examples, image_size=32, meta_dim=10, seed=seed)
+        return (tf.data.Dataset.from_tensor_slices(((images, meta), labels)), functional_multimodal,
+                keras.losses.SparseCategoricalCrossentropy())
+    inputs = np.random.default_rng(seed).normal(size=(examples, 64)).astype("float32")
+    layers = keras.layers
+
+    def mlp() -> Any:
+        return keras.Sequential([keras.Input((64,)), layers.Dense(256, activation="relu"),
+                                 layers.Dense(256, activation="relu"), layers.Dense(2)])
+
+    return (tf.data.Dataset.from_tensor_slices((inputs, (inputs[:, 0] > 0).astype("int32"))), mlp,
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+def training_loop_vs_fit(
+    *, model: str = "chapter 7", examples: int | None = None, batch_size: int | None = None, epochs: int = 5,
+    repeats: int = 5, seed: int = 0,
+) -> dict[str, Any]:
+    """Training throughput of ``companion.training.fit`` next to ``model.fit`` (examples per second).
+
+    Both train the same model (one of ``LOOP_MODELS``: chapter 7's two-input classifier, or a
+    small MLP whose millisecond steps make the loop's own cost visible) from the same initial
+    weights, on the same cached ``tf.data`` pipeline, with Adam, sparse cross-entropy and an
+    accuracy metric, no progress output, and the same compilation: a plain ``tf.function``
+    (``model.compile(jit_compile=False)``; its default, ``"auto"``, would use XLA on a GPU and
+    the ratio would measure XLA, not the loop). Each is called once untimed (tracing), then
+    ``repeats`` times alternately, each call training ``epochs`` epochs: the timed calls include
+    everything a repeated call costs (a ``fit`` call that traced its step again would show).
+    The ratio is custom loop / ``model.fit``: 1.0 means as fast, above 1 faster.
+
+    Args:
+        model: ``"chapter 7"`` or ``"mlp"``.
+        examples: Training examples per epoch (>= batch_size); None: the model's default
+            (``LOOP_MODELS``).
+        batch_size: Examples per step (>= 1); None: the model's default.
+        epochs: Epochs per timed call (>= 1).
+        repeats: Timed calls of each (>= 1); the medians are reported.
+        seed: Seed of the data and of the initial weights.
+
+    Returns:
+        A dict with ``name``, ``ratio`` (custom / fit throughput), ``custom_median`` and
+        ``reference_median`` (``model.fit``'s; examples/s), ``unit``, ``device``, ``versions``
+        and the ``settings`` (``jit_compile`` included).
+
+    Raises:
+        ValueError: If ``model`` is not one of ``LOOP_MODELS`` or a number is out of range.
+    """
+    import keras
+
     from companion.training import fit
 
-    batch_size = check_int(batch_size, "batch_size", minimum=1)
-    examples = check_int(examples, "examples", minimum=batch_size)
-    epochs = check_int(epochs, "epochs", minimum=2)
+    if model not in LOOP_MODELS:
+        raise ValueError(f"model: expected one of {sorted(LOOP_MODELS)}, got {describe(model)}")
+    default_examples, default_batch = LOOP_MODELS[model]
+    batch_size = check_int(_setting(batch_size, default_batch), "batch_size", minimum=1)
+    examples = check_int(_setting(examples, default_examples), "examples", minimum=batch_size)
+    epochs = check_int(epochs, "epochs", minimum=1)
     repeats = check_int(repeats, "repeats", minimum=1)
     seed = check_int(seed, "seed", minimum=0)
 
-    (images, meta), labels = make_shapes(examples, image_size=32, meta_dim=10, seed=seed)
-    data = tf.data.Dataset.from_tensor_slices(((images, meta), labels)).batch(batch_size).cache()
+    data, make_model, loss = _loop_problem(model, examples, seed)
+    data = data.batch(batch_size).cache()
     keras.utils.set_random_seed(seed)
-    ours, theirs = functional_multimodal(), functional_multimodal()
+    ours, theirs = make_model(), make_model()
     theirs.set_weights(ours.get_weights())
     our_optimizer = keras.optimizers.Adam(1e-3)
     our_metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-    theirs.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(),
+    theirs.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss, jit_compile=False,
                    metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
-
-    class Mark(keras.callbacks.Callback):
-        def __init__(self, mark: Callable[[], None]) -> None:
-            super().__init__()
-            self.mark = mark
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self.mark()
-
     runs = {
-        "custom loop": lambda mark: fit(ours, data, optimizer=our_optimizer, epochs=epochs, metrics=our_metrics,
-                                        loss=keras.losses.SparseCategoricalCrossentropy(), progress=False,
-                                        on_epoch_end=lambda epoch, logs: mark()),
-        "model.fit": lambda mark: theirs.fit(data, epochs=epochs, verbose=0, shuffle=False,
-                                              callbacks=[Mark(mark)]),
+        "custom loop": lambda: fit(ours, data, optimizer=our_optimizer, loss=loss, epochs=epochs,
+                                   metrics=our_metrics, progress=False),
+        "model.fit": lambda: theirs.fit(data, epochs=epochs, verbose=0, shuffle=False),
     }
+    for run in runs.values():
+        run()  # traces the step: a one-off cost
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for repeat in range(repeats):
         for name, run in runs.items():
-            times = _epoch_end_times(run)
-            rates[name].append((epochs - 1) * examples / (times[-1] - times[0]))
-            print(f"  repeat {repeat + 1}/{repeats}, {name}: {rates[name][-1]:,.0f} examples/s", flush=True)
+            start = time.perf_counter()
+            run()
+            rates[name].append(epochs * examples / (time.perf_counter() - start))
+            print(f"  repeat {repeat + 1}/{repeats}, {name} ({model}): {rates[name][-1]:,.0f} examples/s", flush=True)
     custom, keras_fit = (statistics.median(rates[name]) for name in runs)
-    return _entry("custom training loop / model.fit (ch. 7 model)", custom, keras_fit, "examples/s",
-                  {"examples": examples, "batch_size": batch_size, "epochs": epochs, "repeats": repeats})
+    return _entry(f"custom training loop / model.fit ({model} model)", custom, keras_fit, "examples/s",
+                  {"model": model, "examples": examples, "batch_size": batch_size, "epochs": epochs,
+                   "repeats": repeats, "jit_compile": False})
 
 
 def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, seed: int = 0) -> dict[str, Any]:
@@ -968,8 +994,9 @@ def main(
 
     The headline experiments of chapter 10 (the blurs at two image sizes as an op, in a model and
     in a ``tf.data`` pipeline; eager vs ``tf.function`` vs XLA training steps; a per-image loop
-    vs ``tf.vectorized_map`` vs batched ops), chapter 11's compiled blur vs OpenCV, then chapter 7's custom loop vs ``model.fit`` and
-    chapter 8's AdamW vs Keras's. Progress is printed as it goes.
+    vs ``tf.vectorized_map`` vs batched ops), chapter 11's compiled blur vs OpenCV, then chapter 7's
+    custom loop vs ``model.fit`` (on its model and a small MLP) and chapter 8's AdamW vs Keras's.
+    Progress is printed as it goes.
 
     Args:
         argv: Command-line arguments (``--output``, ``--repeats``, ``--examples``, ``--epochs``,
@@ -989,9 +1016,10 @@ def main(
     parser = argparse.ArgumentParser(prog="python -m companion.bench", description=main.__doc__.splitlines()[0])
     parser.add_argument("--output", default="_build/bench.json", help="JSON file to write (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each side (default: %(default)s)")
-    parser.add_argument("--examples", type=int, default=1024, help="training examples (default: %(default)s)")
-    parser.add_argument("--epochs", type=int, default=5,
-                        help="epochs per run, the first untimed (default: %(default)s)")
+    parser.add_argument("--examples", type=int, default=None,
+                        help="training examples of the loop benchmarks (default: 1024 for chapter 7's model, "
+                             "4096 for the MLP)")
+    parser.add_argument("--epochs", type=int, default=5, help="epochs per timed fit call (default: %(default)s)")
     parser.add_argument("--device", default=None, help="device string, e.g. /CPU:0 (default: GPU if any, else CPU)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the whole run")
     args = parser.parse_args(argv)
@@ -1020,8 +1048,10 @@ def main(
     for number, (title, run) in enumerate(experiments, 1):
         print(f"[{number}/{len(experiments) + 2}] {title}:", flush=True)
         entries += rows_to_entries(run())
-    print(f"[{len(experiments) + 1}/{len(experiments) + 2}] custom training loop vs model.fit (chapter 7):", flush=True)
-    entries.append(training_loop_vs_fit(examples=args.examples, epochs=args.epochs, repeats=args.repeats))
+    print(f"[{len(experiments) + 1}/{len(experiments) + 2}] custom training loop vs model.fit "
+          f"(chapter 7's model, a small MLP):", flush=True)
+    entries += [training_loop_vs_fit(model=model, examples=args.examples, epochs=args.epochs, repeats=args.repeats)
+                for model in LOOP_MODELS]
     print(f"[{len(experiments) + 2}/{len(experiments) + 2}] companion AdamW vs keras AdamW (chapter 8):", flush=True)
     entries.append(adamw_step_time(repeats=args.repeats))
     rows = [(e["name"], _number(e["custom_median"]), _number(e["reference_median"]),

@@ -10,6 +10,13 @@ The same code runs on one device and under a ``tf.distribute`` strategy: the ste
 through ``strategy.run`` and ``strategy.reduce`` (without a strategy, TensorFlow's default
 strategy, whose ``run`` is a plain call). Each replica scales its loss by the *global* batch
 size, so the gradients the optimizer sums over the replicas are those of the global mean loss.
+Under mixed precision the step scales the loss with ``optimizer.scale_loss`` before taking
+gradients, as Keras's own ``train_step`` does, so a ``keras.optimizers.LossScaleOptimizer`` works.
+
+``fit`` runs as ``model.fit`` does: the compiled function takes the dataset's *iterator* and
+fetches each batch inside the graph, the epoch's totals stay on the device (nothing is read
+back after each step), and the traced function is kept on the model, so calling ``fit`` again
+with the same model, optimizer, loss, metrics and data layout does not trace again.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,14 +38,27 @@ __all__ = ["NonFiniteError", "fit", "make_eval_step", "make_train_step"]
 #: One metric and where it reads: ``(output key or None for the whole output, metric, log name)``.
 MetricEntry = tuple[Any, keras.metrics.Metric, str]
 
+#: ``fit`` reads its running totals back from the device at most this often (seconds) during an
+#: epoch, to refresh a live progress bar and to stop early after a non-finite step; never per step.
+READ_INTERVAL = 0.5
+
+#: The attribute of a model where ``fit`` keeps its traced functions (as ``model.fit`` keeps
+#: ``model.train_function``); set past Keras's attribute tracking, so it is neither a weight
+#: nor saved.
+_CACHE = "_companion_fit_functions"
+
 
 class NonFiniteError(FloatingPointError):
     """``fit`` stopped because a step's loss or one of its gradients was NaN or infinite.
 
-    The step's gradients were not applied: the model holds the weights from before that step.
-    A finite loss with non-finite gradients happens, e.g. when a NaN input reaches a loss that
-    clips its argument (Keras's cross-entropies clip probabilities), which hides the NaN in the
-    loss but not in the gradients.
+    The step's gradients were not applied, nor those of any later step: the model holds the
+    weights from before that step. A finite loss with non-finite gradients happens, e.g., when a
+    NaN input reaches a ``Dense`` layer with a ReLU in compiled code: TensorFlow's graph
+    optimizer runs such a layer as one fused MatMul+BiasAdd+ReLU kernel, which outputs 0 where a
+    separate ReLU would pass the NaN on, so the forward pass and the loss stay finite while the
+    layer's kernel gradient (its input times the upstream gradient) is NaN. With a
+    ``keras.optimizers.LossScaleOptimizer`` only a non-finite loss stops training: non-finite
+    (scaled) gradients are its business (it skips the step and lowers its loss scale).
 
     Attributes:
         epoch: The epoch of the bad step (counted from 1).
@@ -61,6 +82,29 @@ def _check_model(model: Any) -> keras.Model:
     return model
 
 
+def _check_trainable(model: keras.Model) -> list[Any]:
+    """The model's trainable variables, after checking that it is built and has some."""
+    if not model.built:
+        raise ValueError(
+            f"model: expected a built model, got an unbuilt {type(model).__name__}; call it on a batch "
+            f"first, or give it an Input (fit builds it from the dataset)"
+        )
+    variables = list(model.trainable_variables)
+    if not variables:
+        raise ValueError(f"model: expected trainable variables, got none in {type(model).__name__} "
+                         f"{model.name!r} (is every layer frozen?)")
+    return variables
+
+
+def _build(model: keras.Model, input_spec: Any, strategy: tf.distribute.Strategy) -> None:
+    """Build an unbuilt model for inputs like ``input_spec``, symbolically, as ``model.fit`` does."""
+    if model.built:
+        return
+    symbolic = tf.nest.map_structure(lambda spec: keras.KerasTensor(spec.shape, spec.dtype), input_spec)
+    with strategy.scope():  # its variables must be the strategy's
+        model(symbolic, training=False)
+
+
 def _check_optimizer(optimizer: Any) -> None:
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"optimizer: expected a keras.optimizers.Optimizer, got {describe(optimizer)}")
@@ -82,6 +126,9 @@ def _check_pairs(dataset: Any, name: str) -> tf.data.Dataset:
             f"{name}: expected a tf.data.Dataset of (inputs, targets) pairs, got elements {shown}; "
             f"map it to pairs first, e.g. dataset.map(lambda x, y, *rest: (x, y))"
         )
+    if int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+        raise ValueError(f"{name}: expected a finite dataset (an epoch is one pass over it), got an "
+                         f"infinite one; limit it, e.g. dataset.take(steps)")
     return dataset
 
 
@@ -132,19 +179,23 @@ def _replica_loss(
     """This replica's share of the global mean loss (plus its share of ``model.losses``).
 
     Per-example losses are summed and divided by the *global* batch size
-    (``tf.nn.compute_average_loss``), so the replicas' shares add up to the global mean. A
-    scalar (an already averaged loss) is used as is on one replica; under a strategy with more
-    replicas it is refused: Keras's own losses have already divided their mean by the number of
-    replicas there, a hand-written mean has not, and the step cannot tell which it got.
+    (``tf.nn.compute_average_loss``), so the replicas' shares add up to the global mean. A scalar
+    from a ``keras.losses.Loss`` is already a share: inside a replica, Keras divides its mean by
+    the number of replicas (and sums add up by themselves). A scalar from any other function is
+    used as is on one replica and refused under several: a hand-written mean has not been
+    divided, and the step cannot tell it from a Keras one. Float16 losses are summed in float32.
     """
     values = tf.convert_to_tensor(loss(y, predictions))
+    if values.dtype in (tf.float16, tf.bfloat16):
+        values = tf.cast(values, tf.float32)
     if values.shape.rank == 0:
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        if replicas > 1:
+        if replicas > 1 and not isinstance(loss, keras.losses.Loss):
+            name = getattr(loss, "__name__", type(loss).__name__)
             raise ValueError(
-                f"loss: expected per-example losses (shape (batch,)) under a strategy with {replicas} "
-                f"replicas, got a scalar; create Keras losses with reduction=None, e.g. "
-                f"keras.losses.SparseCategoricalCrossentropy(reduction=None)"
+                f"loss: expected per-example losses (shape (batch,)) or a keras.losses.Loss under a "
+                f"strategy with {replicas} replicas, got a scalar from {name!r}; a mean of each replica's "
+                f"examples would count {replicas} times, so return one loss per example"
             )
         share = values
     else:
@@ -156,7 +207,7 @@ def _replica_loss(
 
 
 def _count_nonfinite(share: tf.Tensor, gradients: list[Any]) -> tf.Tensor:
-    """1 if this replica's loss or any of its gradients is NaN or infinite, else 0."""
+    """1 if this replica's loss or any of ``gradients`` is NaN or infinite, else 0."""
     present = [g for g in gradients if g is not None]
     finite = tf.math.is_finite(share)
     if present:
@@ -169,11 +220,12 @@ def _update_metrics(entries: list[MetricEntry], y: Any, predictions: Any) -> Non
         metric.update_state(y if key is None else y[key], predictions if key is None else predictions[key])
 
 
-def _clip_by_global_norm(gradients: list[Any], clip_norm: float) -> list[Any]:
+def _clip_by_global_norm(gradients: list[Any], clip_norm: Any) -> list[Any]:
     """Scale every replica's gradients by ``min(1, clip_norm / norm)`` of the *summed* gradients.
 
     The optimizer sums the replicas' gradients; clipping each replica's part by its own norm
-    would bound the wrong vector. With one replica the all-reduce is the identity.
+    would bound the wrong vector. With one replica the all-reduce is the identity. Non-finite
+    gradients come out NaN (and are then refused, by the step or by a loss-scale optimizer).
     """
     present = [g for g in gradients if g is not None]
     summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, present)
@@ -205,21 +257,27 @@ def make_train_step(
     """Build the compiled training step ``step((x, y)) -> {"loss": ..., "examples": ..., "applied": ...}``.
 
     One call runs the forward pass under a ``tf.GradientTape``, adds ``model.losses`` (e.g. L2
-    penalties) to ``loss(y, predictions)``, takes the gradients of ``model.trainable_variables``
-    (so frozen layers, ``layer.trainable = False``, stay as they are), clips them to a global norm
-    if asked, applies them with ``optimizer`` and updates ``metrics``. If the loss or a gradient
-    is not finite (on any replica), the gradients are **not** applied: the weights and the
-    optimizer stay as they were (the metrics are still updated), and ``"applied"`` says so. Write
+    penalties) to ``loss(y, predictions)``, scales that loss with ``optimizer.scale_loss`` (the
+    identity, except for a ``keras.optimizers.LossScaleOptimizer``, which multiplies it by its
+    loss scale and divides the gradients by it again), takes the gradients of
+    ``model.trainable_variables`` (so frozen layers, ``layer.trainable = False``, stay as they
+    are), clips them to a global norm if asked, applies them with ``optimizer`` and updates
+    ``metrics``. If the loss or a gradient is not finite (on any replica), the gradients are
+    **not** applied: the weights and the optimizer stay as they were (the metrics are still
+    updated), and ``"applied"`` says so. With a ``LossScaleOptimizer`` only the loss is checked
+    here: non-finite scaled gradients are the optimizer's to skip (it lowers its scale). Write
     your own outer loop around it, or use :func:`fit`.
 
     Args:
         model: A built ``keras.Model`` (created under ``strategy.scope()`` when a strategy is given).
-        optimizer: A Keras optimizer; it is built for the model's trainable variables here.
+        optimizer: A Keras optimizer; it is built for the model's trainable variables here. Under
+            ``keras.mixed_precision.set_global_policy("mixed_float16")``, wrap it in a
+            ``keras.optimizers.LossScaleOptimizer``, as ``model.compile`` does.
         loss: ``loss(y_true, y_pred)`` returning per-example losses (shape ``(batch,)``, e.g. a
-            Keras loss made with ``reduction=None``) or, on one replica only, the batch's mean
-            loss (a scalar, what Keras losses return by default). ``y_true`` and ``y_pred`` are
-            whatever the dataset and the model give: dicts for multi-output models, so a
-            multi-task loss is a plain function of both.
+            Keras loss made with ``reduction=None``), or a scalar: the batch's loss from a
+            ``keras.losses.Loss`` (e.g. with its default mean reduction), or, on one replica only,
+            from any function. ``y_true`` and ``y_pred`` are whatever the dataset and the model
+            give: dicts for multi-output models, so a multi-task loss is a plain function of both.
         metrics: Keras metrics updated with ``(y, predictions)``, or a mapping from an output key
             to metrics updated with ``(y[key], predictions[key])``. Reset them yourself
             (``metric.reset_state()``) between epochs.
@@ -233,13 +291,14 @@ def make_train_step(
         A ``tf.function`` taking one batch ``(x, y)`` (as the dataset yields it) and returning a
         dict with the batch's mean ``"loss"`` over all replicas, the number of ``"examples"`` in
         the batch, and ``"applied"``, a boolean: False when the update was skipped because the loss
-        or a gradient was not finite.
+        or (without a loss-scale optimizer) a gradient was not finite.
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If ``clip_norm <= 0``, or with a strategy, if the model or optimizer was
-            created outside its scope; when first called, if ``loss`` returns a scalar under a
-            strategy with several replicas.
+        ValueError: If ``clip_norm <= 0``, the model is not built or has no trainable variables,
+            or with a strategy, if the model or optimizer was created outside its scope; when
+            first called, if ``loss`` is a plain function returning a scalar under a strategy with
+            several replicas.
 
     Example:
         >>> import numpy as np
@@ -260,22 +319,32 @@ def make_train_step(
     if clip_norm is not None:
         clip_norm = check_real(clip_norm, "clip_norm", above=0)
     strategy = _check_strategy(strategy, model, optimizer)
-    variables = list(model.trainable_variables)
+    return _function(_train_step(model, optimizer, loss, entries, clip_norm, strategy), element_spec)
+
+
+def _train_step(
+    model: keras.Model, optimizer: keras.optimizers.Optimizer, loss: Callable[..., Any],
+    entries: list[MetricEntry], clip_norm: float | None, strategy: tf.distribute.Strategy,
+) -> Callable[[Any], dict[str, tf.Tensor]]:
+    """The training step of :func:`make_train_step` as a Python function (checked arguments)."""
+    variables = _check_trainable(model)
     with strategy.scope():
         if not optimizer.built:
             optimizer.build(variables)
+    loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
     def forward_backward(x: Any, y: Any) -> tuple[tf.Tensor, list[Any], tf.Tensor]:
         with tf.GradientTape() as tape:
             predictions = model(x, training=True)
             share = _replica_loss(loss, model, y, predictions, _batch_size(x))
+            scaled = optimizer.scale_loss(share)
         _update_metrics(entries, y, predictions)
-        gradients = tape.gradient(share, variables)
-        return share, gradients, _count_nonfinite(share, gradients)
+        gradients = tape.gradient(scaled, variables)
+        return share, gradients, _count_nonfinite(share, [] if loss_scaling else gradients)
 
     def apply(gradients: list[Any]) -> None:
-        if clip_norm is not None:
-            gradients = _clip_by_global_norm(gradients, clip_norm)
+        if clip_norm is not None:  # the gradients are scaled with the loss: so is their limit
+            gradients = _clip_by_global_norm(gradients, optimizer.scale_loss(clip_norm))
         optimizer.apply_gradients(zip(gradients, variables))
 
     def step(batch: Any) -> dict[str, tf.Tensor]:
@@ -292,7 +361,7 @@ def make_train_step(
         tf.cond(applied, apply_all, lambda: tf.constant(False))
         return {"loss": batch_loss, "examples": examples, "applied": applied}
 
-    return _function(step, element_spec)
+    return step
 
 
 def make_eval_step(
@@ -335,6 +404,13 @@ def make_eval_step(
     _check_loss(loss)
     entries = _metric_entries(metrics)
     strategy = _check_strategy(strategy, model, None)
+    return _function(_eval_step(model, loss, entries, strategy), element_spec)
+
+
+def _eval_step(
+    model: keras.Model, loss: Callable[..., Any], entries: list[MetricEntry], strategy: tf.distribute.Strategy
+) -> Callable[[Any], dict[str, tf.Tensor]]:
+    """The validation step of :func:`make_eval_step` as a Python function (checked arguments)."""
 
     def forward(x: Any, y: Any) -> tf.Tensor:
         predictions = model(x, training=False)
@@ -348,7 +424,7 @@ def make_eval_step(
         examples = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(_batch_size, args=(x,)), axis=None)
         return {"loss": batch_loss, "examples": examples}
 
-    return _function(step, element_spec)
+    return step
 
 
 def _distribute(dataset: tf.data.Dataset, strategy: tf.distribute.Strategy) -> Any:
@@ -358,32 +434,94 @@ def _distribute(dataset: tf.data.Dataset, strategy: tf.distribute.Strategy) -> A
     return strategy.experimental_distribute_dataset(dataset)
 
 
+def _epoch_function(step: Callable[[Any], dict[str, tf.Tensor]]) -> tuple[Any, dict[str, tf.Variable]]:
+    """``run_next(iterator)``, which runs ``step`` on the iterator's next batch, and its totals.
+
+    As in ``model.fit``, the compiled function takes the iterator and fetches the batch inside
+    the graph. The epoch's totals are variables on the device (the loss times the examples, the
+    examples, the steps run, the first step whose gradients were not applied and the loss of the
+    last step run), so the loop needs to read nothing back per step. Once a step has not applied
+    its gradients, every later call only consumes its batch: the weights stay those from before
+    that step, and it is the last step run. ``run_next`` returns whether the iterator had a batch.
+    """
+    totals = {"loss": tf.Variable(0.0, dtype=tf.float64, trainable=False),
+              "examples": tf.Variable(0, dtype=tf.int64, trainable=False),
+              "steps": tf.Variable(0, dtype=tf.int64, trainable=False),
+              "bad_step": tf.Variable(0, dtype=tf.int64, trainable=False),
+              "last_loss": tf.Variable(0.0, dtype=tf.float64, trainable=False)}
+
+    def run_next(iterator: Any) -> tf.Tensor:
+        batch = iterator.get_next_as_optional()
+
+        def run() -> tf.Tensor:
+            out = step(batch.get_value())
+            index = totals["steps"].assign_add(1)
+            value, examples = tf.cast(out["loss"], tf.float64), tf.cast(out["examples"], tf.int64)
+            totals["loss"].assign_add(value * tf.cast(examples, tf.float64))
+            totals["examples"].assign_add(examples)
+            totals["last_loss"].assign(value)
+            if "applied" in out:
+                totals["bad_step"].assign(tf.where(out["applied"], tf.constant(0, tf.int64), index))
+            return tf.constant(True)
+
+        tf.cond(tf.logical_and(batch.has_value(), tf.equal(totals["bad_step"], 0)), run, lambda: tf.constant(False))
+        return batch.has_value()
+
+    return tf.function(run_next, autograph=False), totals
+
+
+def _cached(model: keras.Model, kind: str, key: tuple[Any, ...], keep: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+    """The ``kind`` function kept on ``model`` for ``key``, or a new one from ``make()``.
+
+    ``key`` names objects by ``id``; ``keep`` holds them, so that no id is reused while the
+    entry lives. One entry per kind: a new key replaces the old function, as ``model.fit``'s
+    ``compile`` does.
+    """
+    functions = vars(model).get(_CACHE)
+    if functions is None:
+        functions = {}
+        object.__setattr__(model, _CACHE, functions)  # past Keras's tracking: not a weight, not saved
+    if kind not in functions or functions[kind][0] != key:
+        functions[kind] = (key, keep, make())
+    return functions[kind][2]
+
+
 def _run_epoch(
-    step: Any, data: Any, entries: list[MetricEntry], *, epoch: int, history: dict[str, list[float]],
-    bar: keras.utils.Progbar | None = None,
+    function: tuple[Any, dict[str, tf.Variable]], data: Any, steps: int | None, entries: list[MetricEntry], *,
+    epoch: int, history: dict[str, list[float]], bar: keras.utils.Progbar | None = None,
 ) -> tuple[dict[str, float], int]:
     """One pass over ``data``: the example-weighted mean loss, the metrics' results, the steps run.
+
+    With a known number of ``steps`` the loop reads nothing back from the device until the end
+    of the epoch, except every ``READ_INTERVAL`` seconds: the running loss for a live bar, and
+    whether a step has failed (the remaining batches are then left unread).
 
     Raises:
         NonFiniteError: When a training step reports that it did not apply its gradients.
     """
+    run_next, totals = function
     for _, metric, _ in entries:
         metric.reset_state()
-    total, count, index = 0.0, 0, 0
-    for index, batch in enumerate(data, start=1):
-        out = step(batch)
-        value, examples = float(out["loss"]), int(out["examples"])
-        if "applied" in out and not bool(out["applied"]):
-            raise NonFiniteError(epoch, index, value, history)
-        total += value * examples
-        count += examples
-        if bar is not None:
-            bar.update(index, [("loss", total / count)], finalize=False)
-    logs = {"loss": total / max(count, 1)}
+    for variable in totals.values():
+        variable.assign(tf.zeros_like(variable))
+    iterator = iter(data)
+    index, next_read = 0, time.monotonic() + READ_INTERVAL
+    while steps is None or index < steps:
+        more = run_next(iterator)
+        if steps is None and not bool(more):  # a dataset of unknown length: ask the iterator
+            break
+        index += 1
+        if time.monotonic() >= next_read:
+            if int(totals["bad_step"]):
+                break
+            if bar is not None and bar.verbose == 1:
+                bar.update(index, [("loss", float(totals["loss"]) / max(int(totals["examples"]), 1))])
+            next_read = time.monotonic() + READ_INTERVAL
+    if int(totals["bad_step"]):
+        raise NonFiniteError(epoch, int(totals["bad_step"]), float(totals["last_loss"]), history)
+    logs = {"loss": float(totals["loss"]) / max(int(totals["examples"]), 1)}
     logs.update({name: float(metric.result()) for _, metric, name in entries})
-    return logs, index
-
-
+    return logs, int(totals["steps"])
 def fit(
     model: keras.Model,
     dataset: tf.data.Dataset,
@@ -401,19 +539,26 @@ def fit(
 ) -> dict[str, list[float]]:
     """Train ``model`` on ``dataset`` with a custom loop; the counterpart of ``model.fit``.
 
-    Each epoch resets the metrics, runs the compiled step of :func:`make_train_step` on every
-    batch (traced once for the dataset's ``element_spec``, not once per epoch), then validates
-    on ``validation_data``. With the same initial weights, batches, SGD optimizer and loss, the
-    weights it reaches equal those of ``model.compile(...); model.fit(...)`` up to float rounding.
+    Each epoch resets the metrics, runs the step of :func:`make_train_step` on every batch, then
+    validates on ``validation_data``. As in ``model.fit``, the compiled function fetches each
+    batch from the dataset's iterator inside the graph and keeps the epoch's totals on the device,
+    so nothing is read back per step; it is traced once and kept on the model: a later call with
+    the same model, optimizer, loss, metrics, ``clip_norm``, strategy and dataset ``element_spec``
+    (and the same trainable variables) reuses it. With the same initial weights, batches, SGD
+    optimizer and loss, the weights it reaches equal those of ``model.compile(...);
+    model.fit(...)`` up to float rounding; with a ``keras.optimizers.LossScaleOptimizer`` under
+    ``mixed_float16``, too (the loss is scaled as in Keras's ``train_step``).
 
     Args:
-        model: A built ``keras.Model``. Freeze layers with ``layer.trainable = False`` before
-            calling; their weights then stay as they are.
+        model: A ``keras.Model``; one not built yet (no ``Input``) is built for the inputs of
+            ``dataset``'s ``element_spec``, as ``model.fit`` does. Freeze layers with
+            ``layer.trainable = False`` before calling; their weights then stay as they are.
         dataset: A batched ``tf.data.Dataset`` of ``(inputs, targets)`` pairs, iterated once per
-            epoch in its own order (shuffle it in the pipeline if you want shuffling).
+            epoch in its own order (shuffle it in the pipeline if you want shuffling); finite.
         optimizer: A Keras optimizer (created under ``strategy.scope()`` with a strategy).
-        loss: ``loss(y_true, y_pred)``: per-example losses, or a mean loss without a strategy
-            (see :func:`make_train_step`); ``model.losses`` (regularization penalties) are added.
+        loss: ``loss(y_true, y_pred)``: per-example losses, a Keras loss (any reduction), or,
+            without a strategy, any scalar loss (see :func:`make_train_step`); ``model.losses``
+            (regularization penalties) are added.
         epochs: Number of passes over ``dataset`` (>= 1).
         metrics: Keras metrics (or a mapping from output key to metrics), reported per epoch
             under their names (``key_name`` for a mapping), with a ``val_`` prefix on validation.
@@ -423,8 +568,9 @@ def fit(
             split over its replicas with ``experimental_distribute_dataset``. None: one device.
         log_dir: A directory for TensorBoard: every history entry is written there as a scalar
             per epoch (step = epoch number, from 1). None: no logs.
-        progress: Show a ``keras.utils.Progbar``: a live bar when standard output is a terminal,
-            one line per epoch elsewhere (notebooks, logs). False: silent.
+        progress: Show a ``keras.utils.Progbar``: a live bar when standard output is a terminal
+            (refreshed every ``READ_INTERVAL`` seconds), one line per epoch elsewhere (notebooks,
+            logs). False: silent.
         on_epoch_end: Called as ``on_epoch_end(epoch, logs)`` after each epoch (from 1), with the
             epoch's entries; use it for checkpoints or your own logging.
 
@@ -435,12 +581,14 @@ def fit(
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: Before training, if a dataset does not yield ``(inputs, targets)`` pairs,
-            ``epochs < 1``, ``clip_norm <= 0``, or the model or optimizer was created outside
-            ``strategy.scope()``.
-        NonFiniteError: (a ``FloatingPointError``) if a training step's loss or a gradient is NaN
-            or infinite; the message names the epoch and step, and the model keeps the weights from
-            before that step.
+        ValueError: Before training, if a dataset does not yield ``(inputs, targets)`` pairs or
+            is infinite, ``epochs < 1``, ``clip_norm <= 0``, the model has no trainable
+            variables, or the model or optimizer was created outside ``strategy.scope()``; when
+            tracing, if a plain function returns a scalar loss under several replicas.
+        NonFiniteError: (a ``FloatingPointError``) if a training step's loss or (without a
+            loss-scale optimizer) a gradient is NaN or infinite; the message names the epoch and
+            step, and the model keeps the weights from before that step. It is raised at the
+            end of that epoch, or sooner, at the loop's next read of the device.
 
     Example:
         >>> import numpy as np
@@ -470,15 +618,26 @@ def fit(
         raise TypeError(f"on_epoch_end: expected a callable or None, got {describe(on_epoch_end)}")
     entries = _metric_entries(metrics)
     strategy = _check_strategy(strategy, model, optimizer)
+    _build(model, dataset.element_spec[0], strategy)
+    variables = _check_trainable(model)
 
     train_data = _distribute(dataset, strategy)
-    train_step = make_train_step(model, optimizer=optimizer, loss=loss, metrics=metrics, clip_norm=clip_norm,
-                                 strategy=strategy, element_spec=train_data.element_spec)
+    metric_key = tuple((key, id(metric)) for key, metric, _ in entries)
+    train = _cached(
+        model, "train",
+        (id(optimizer), id(loss), metric_key, clip_norm, id(strategy), train_data.element_spec,
+         tuple(id(v) for v in variables)),
+        (optimizer, loss, entries, strategy, variables),
+        lambda: _epoch_function(_train_step(model, optimizer, loss, entries, clip_norm, strategy)),
+    )
     if validation_data is not None:
+        validation_steps = _length(validation_data)
         validation_data = _distribute(validation_data, strategy)
-        eval_step = make_eval_step(model, loss=loss, metrics=metrics, strategy=strategy,
-                                   element_spec=validation_data.element_spec)
-    steps = int(dataset.cardinality()) if int(dataset.cardinality()) >= 0 else None
+        evaluate = _cached(
+            model, "eval", (id(loss), metric_key, id(strategy), validation_data.element_spec),
+            (loss, entries, strategy), lambda: _epoch_function(_eval_step(model, loss, entries, strategy)),
+        )
+    steps = _length(dataset)
     names = ["loss", *(name for _, _, name in entries)]
     names += [f"val_{name}" for name in names]
     history: dict[str, list[float]] = {}
@@ -486,9 +645,10 @@ def fit(
     try:
         for epoch in range(1, epochs + 1):
             bar = _progress_bar(epoch, epochs, steps, names) if progress else None
-            logs, steps_run = _run_epoch(train_step, train_data, entries, epoch=epoch, history=history, bar=bar)
+            logs, steps_run = _run_epoch(train, train_data, steps, entries, epoch=epoch, history=history, bar=bar)
             if validation_data is not None:
-                val_logs, _ = _run_epoch(eval_step, validation_data, entries, epoch=epoch, history=history)
+                val_logs, _ = _run_epoch(evaluate, validation_data, validation_steps, entries, epoch=epoch,
+                                         history=history)
                 logs.update({f"val_{name}": value for name, value in val_logs.items()})
             for name, value in logs.items():
                 history.setdefault(name, []).append(value)
@@ -503,6 +663,12 @@ def fit(
         if writer is not None:
             writer.close()
     return history
+
+
+def _length(dataset: tf.data.Dataset) -> int | None:
+    """The number of batches per pass over ``dataset``; None if unknown (e.g. after ``filter``)."""
+    cardinality = int(dataset.cardinality())
+    return cardinality if cardinality >= 0 else None
 
 
 #: Marks a summary as a TensorBoard scalar (what ``tf.summary.scalar`` writes, without needing

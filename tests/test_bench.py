@@ -91,10 +91,10 @@ def test_main_prints_progress_a_table_and_writes_one_entry_per_measure(tmp_path,
     printed = capsys.readouterr().out
     assert "device: /CPU:0" in printed and "[1/8] blur as an op" in printed and "[8/8] companion AdamW" in printed
     assert "blur op, batch 2, 32x32: py_function" in printed  # progress, row by row
-    assert "repeat 1/1, custom loop:" in printed and "repeat 1/1, model.fit:" in printed
+    assert "repeat 1/1, custom loop (chapter 7):" in printed and "repeat 1/1, model.fit (mlp):" in printed
     assert "custom training loop / model.fit" in printed and f"written to {output}" in printed
     written = json.loads(output.read_text())
-    assert written == entries and len(written) == (1 + 1 + 2) * 2 + 4 + 2 + 1 + 2
+    assert written == entries and len(written) == (1 + 1 + 2) * 2 + 4 + 2 + 2 + 2
     for entry in written:
         assert {"name", "ratio", "custom_median", "reference_median", "unit", "device", "versions", "settings"} <= set(entry)
         assert entry["custom_median"] > 0 and entry["reference_median"] > 0 and entry["device"] == "CPU"
@@ -107,18 +107,35 @@ def test_main_prints_progress_a_table_and_writes_one_entry_per_measure(tmp_path,
     assert "XLA / tf.function: cnn training step (batch 2, 16x16)" in names
     assert "vectorized_map / batched op: standardize per image (batch 4, 8x8)" in names
     assert "C++ op / OpenCV: compiled blur (batch 2, 32x32)" in names
-    loop, adamw = written[-2:]
-    assert loop["unit"] == "examples/s" and adamw["unit"] == "ms/step"
+    *loops, adamw = written[-3:]
+    assert [loop["settings"]["model"] for loop in loops] == ["chapter 7", "mlp"]
+    assert all(loop["unit"] == "examples/s" and loop["settings"]["jit_compile"] is False for loop in loops)
+    assert adamw["unit"] == "ms/step"
     assert "repeat 1/1, companion AdamW:" in printed and "companion AdamW / keras AdamW step time" in printed
 
 
 def test_training_loop_vs_fit_rejects_bad_settings():
     from companion.bench import training_loop_vs_fit
 
-    with pytest.raises(ValueError, match="^epochs: expected an int >= 2"):
-        training_loop_vs_fit(epochs=1)
+    with pytest.raises(ValueError, match="^epochs: expected an int >= 1"):
+        training_loop_vs_fit(epochs=0)
     with pytest.raises(ValueError, match="^examples: expected an int >= 64"):
         training_loop_vs_fit(examples=10)
+    with pytest.raises(ValueError, match="^examples: expected an int >= 128"):
+        training_loop_vs_fit(model="mlp", examples=64)
+    with pytest.raises(ValueError, match=r"^model: expected one of \['chapter 7', 'mlp'\], got str 'resnet'"):
+        training_loop_vs_fit(model="resnet")
+
+
+def test_training_loop_vs_fit_compiles_both_sides_alike_and_records_it(capsys):
+    from companion.bench import training_loop_vs_fit
+
+    entry = training_loop_vs_fit(model="mlp", examples=256, epochs=1, repeats=1)
+    assert entry["name"] == "custom training loop / model.fit (mlp model)" and entry["unit"] == "examples/s"
+    assert entry["settings"] == {"model": "mlp", "examples": 256, "batch_size": 128, "epochs": 1, "repeats": 1,
+                                 "jit_compile": False}
+    assert entry["ratio"] == pytest.approx(entry["custom_median"] / entry["reference_median"])
+    assert "repeat 1/1, custom loop (mlp):" in capsys.readouterr().out
 
 
 def test_adamw_step_time_rejects_bad_settings():

@@ -3,12 +3,14 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import math
+import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from companion import training
 from companion.data import NUM_CLASSES, make_shapes
 from companion.training import NonFiniteError, fit, make_eval_step, make_train_step
 
@@ -116,8 +118,17 @@ def test_tensorboard_scalars_are_written_per_epoch(tmp_path):
         np.testing.assert_allclose([value for _, value in scalars[name]], values, rtol=1e-6)
 
 
-def test_a_non_finite_loss_stops_naming_epoch_and_step_and_keeps_the_previous_weights():
+@pytest.mark.parametrize("length, read_interval", [("known", training.READ_INTERVAL), ("unknown", 0.0)])
+def test_a_non_finite_loss_stops_naming_epoch_and_step_and_keeps_the_previous_weights(
+    length, read_interval, monkeypatch
+):
+    # Known length: the loop reads the device at the end of the epoch only. Unknown length (after
+    # filter), reading after every step: it asks the iterator for more and stops as soon as it sees.
+    monkeypatch.setattr(training, "READ_INTERVAL", read_interval)
     data = shapes_dataset(128)  # 4 steps per epoch
+    if length == "unknown":
+        data = data.filter(lambda x, y: True)
+        assert int(data.cardinality()) == tf.data.UNKNOWN_CARDINALITY
 
     def nan_at_iteration(optimizer, iteration):
         def loss(y_true, y_pred):
@@ -137,13 +148,14 @@ def test_a_non_finite_loss_stops_naming_epoch_and_step_and_keeps_the_previous_we
     reference, reference_optimizer = small_model(), keras.optimizers.Adam(0.01)
     step = make_train_step(reference, optimizer=reference_optimizer, loss=nan_at_iteration(reference_optimizer, 5),
                            element_spec=data.element_spec)
-    for batch in data.repeat(2).take(5):
+    for batch in shapes_dataset(128).repeat(2).take(5):
         step(batch)
     assert max_difference(model, reference) == 0.0
 
 
 def test_a_nan_input_hidden_by_the_loss_still_stops_training():
-    # Keras's cross-entropy clips probabilities: a NaN input gives a finite loss, NaN gradients.
+    # In the compiled step, the Dense + ReLU of "meta_dense" runs as one fused MatMul+BiasAdd+ReLU
+    # kernel, which outputs 0 for the NaN: the loss is finite, the kernel's gradient is NaN.
     (images, meta), labels = make_shapes(96, image_size=IMAGE, meta_dim=META)
     meta[40, 1] = np.nan  # in the second batch of 32
     data = tf.data.Dataset.from_tensor_slices(((images, meta), labels)).batch(32)
@@ -167,6 +179,7 @@ PAIRS = r"^{}: expected a tf.data.Dataset of \(inputs, targets\) pairs"
         ({"dataset": "images"}, TypeError, PAIRS.format("dataset") + ", got str"),
         ({"dataset": "unpaired"}, ValueError, PAIRS.format("dataset") + ", got elements TensorSpec"),
         ({"dataset": "triples"}, ValueError, r"^dataset: expected .* pairs, got elements \(.*map it to pairs first"),
+        ({"dataset": "infinite"}, ValueError, r"^dataset: expected a finite dataset \(an epoch is one pass"),
         ({"validation_data": "unpaired"}, ValueError, r"^validation_data: expected a tf.data.Dataset of \(inputs"),
         ({"epochs": 0}, ValueError, r"^epochs: expected an int >= 1, got int 0"),
         ({"epochs": 2.0}, TypeError, r"^epochs: expected an int >= 1, got float 2.0"),
@@ -185,6 +198,7 @@ def test_bad_input_is_rejected_before_training(change, error, match):
         "images": "images",
         "unpaired": tf.data.Dataset.from_tensor_slices(images).batch(4),
         "triples": tf.data.Dataset.from_tensor_slices(((images, meta), labels, labels)).batch(4),
+        "infinite": shapes_dataset(8).repeat(),
     }
     model = small_model()
     before = model.get_weights()
@@ -272,6 +286,142 @@ def test_on_epoch_end_and_eval_step():
     assert total / 64 == pytest.approx(model.evaluate(data, verbose=0), rel=1e-6)
 
 
+def test_repeated_fit_calls_reuse_their_traced_functions():
+    data = shapes_dataset(64)
+    traces = []
+
+    def counting_loss(y_true, y_pred):
+        traces.append(None)  # Python runs only while tracing
+        return keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+
+    model, optimizer = small_model(), keras.optimizers.SGD(0.01)
+    metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+    kwargs = dict(loss=counting_loss, metrics=metrics, validation_data=shapes_dataset(32, seed=1), progress=False)
+    histories = [fit(model, data, optimizer=optimizer, **kwargs) for _ in range(3)]
+    assert len(traces) == 2  # the training step once, the validation step once
+    assert histories[2]["loss"][0] < histories[0]["loss"][0]  # the same model, trained on
+    fit(model, data, optimizer=keras.optimizers.SGD(0.01), **kwargs)
+    assert len(traces) == 3  # another optimizer: the training step again, validation reused
+    model.get_layer("conv").trainable = False
+    fit(model, data, optimizer=keras.optimizers.SGD(0.01), **kwargs)
+    assert len(traces) == 4  # other trainable variables: traced again
+
+
+def test_fit_builds_a_model_without_input_from_the_dataset():
+    x = np.random.default_rng(0).normal(size=(64, 3)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((x, x @ np.array([[1.0], [-2.0], [0.5]], "float32"))).batch(16)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(1)])
+    history = fit(model, data, optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.MeanSquaredError(),
+                  epochs=5, progress=False)
+    assert model.built and tuple(model.layers[0].kernel.shape) == (3, 1)
+    assert history["loss"][-1] < 0.05 * history["loss"][0]
+    with pytest.raises(ValueError, match=r"^model: expected a built model, got an unbuilt Sequential; call it"):
+        make_train_step(keras.Sequential([keras.layers.Dense(1)]), optimizer=keras.optimizers.SGD(0.1),
+                        loss=keras.losses.MeanSquaredError())
+    frozen = small_model()
+    frozen.trainable = False
+    with pytest.raises(ValueError, match=r"^model: expected trainable variables, got none in Functional"):
+        fit(frozen, shapes_dataset(8), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), progress=False)
+
+
+def test_a_dataset_of_unknown_length_trains_as_the_same_data_of_known_length():
+    data = shapes_dataset(100, batch=32)
+    unknown = data.filter(lambda x, y: True)
+    kwargs = dict(optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), epochs=2, progress=False,
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    known_model, unknown_model = small_model(), small_model()
+    assert fit(known_model, data, **kwargs) == fit(unknown_model, unknown, **kwargs | {
+        "optimizer": keras.optimizers.SGD(0.1)})
+    assert max_difference(known_model, unknown_model) == 0.0
+
+
+def test_a_live_bar_in_a_terminal_reads_the_running_loss(capsys, monkeypatch):
+    monkeypatch.setattr(training, "READ_INTERVAL", 0.0)  # read after every step
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    history = fit(small_model(), shapes_dataset(64), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy())
+    printed = capsys.readouterr().out
+    assert printed.startswith("Epoch 1/1\n") and ("\r" in printed or "\x1b" in printed)
+    assert "2/2" in printed and f"loss: {history['loss'][0]:.4f}" in printed
+
+
+# ---------------------------------------------------------------- mixed precision
+
+
+@pytest.fixture
+def mixed_float16():
+    """The global dtype policy ``mixed_float16`` for one test (float16 compute, float32 variables)."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def one_weight_model():
+    return keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")])
+
+
+def constant_data(value, steps, targets=None):
+    targets = np.zeros((steps, 1), "float32") if targets is None else np.array(targets, "float32").reshape(-1, 1)
+    return tf.data.Dataset.from_tensor_slices((np.full((steps, 1), value, "float32"), targets)).batch(1)
+
+
+def train_both_ways(data, loss_scale_optimizer):
+    """The kernel after ``model.fit`` and after the companion's ``fit``, and the second's optimizer."""
+    kernels = {}
+    for kind in ["model.fit", "fit"]:
+        model, optimizer = one_weight_model(), loss_scale_optimizer()
+        assert (model.layers[0].compute_dtype, model.layers[0].kernel.dtype) == ("float16", "float32")
+        if kind == "model.fit":
+            model.compile(optimizer=optimizer, loss=keras.losses.MeanSquaredError())
+            model.fit(data, shuffle=False, verbose=0)
+        else:
+            fit(model, data, optimizer=optimizer, loss=keras.losses.MeanSquaredError(), progress=False)
+        kernels[kind] = float(model.layers[0].kernel.numpy()[0, 0])
+    return kernels, optimizer
+
+
+def test_mixed_precision_one_step_equals_model_fit(mixed_float16):
+    # Kernel 1, input 0.5, target 0: loss (w/2)^2, gradient 0.5; one SGD(0.1) step gives 0.95. Without
+    # the loss scaled first, the optimizer would divide an unscaled gradient by its scale, 2**15.
+    kernels, optimizer = train_both_ways(constant_data(0.5, steps=1),
+                                         lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)))
+    assert kernels["fit"] == kernels["model.fit"] == pytest.approx(0.95, abs=1e-7)
+    assert int(optimizer.iterations) == 1
+
+    data = shapes_dataset(64)
+    ours, reference = small_model(), small_model(seed=2)
+    reference.set_weights(ours.get_weights())
+    history = fit(ours, data, optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+                  loss=crossentropy(), progress=False)
+    reference.compile(optimizer=keras.optimizers.SGD(0.1), loss=crossentropy())  # compile wraps it
+    assert isinstance(reference.optimizer, keras.optimizers.LossScaleOptimizer)
+    keras_history = reference.fit(data, shuffle=False, verbose=0).history
+    assert max_difference(ours, reference) < 1e-6
+    np.testing.assert_allclose(history["loss"], keras_history["loss"], rtol=1e-6)
+
+
+def test_an_overflowing_step_is_skipped_by_the_loss_scale_optimizer_and_training_goes_on(mixed_float16):
+    # Input 1: the scaled float16 gradient 2 * 2**15 overflows. The optimizer skips that step and
+    # halves its scale; the second step applies: 1 - 0.1 * 2 = 0.8, as with model.fit.
+    kernels, optimizer = train_both_ways(constant_data(1.0, steps=2),
+                                         lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)))
+    assert kernels["fit"] == kernels["model.fit"] == pytest.approx(0.8, abs=1e-7)
+    assert float(optimizer.dynamic_scale) == 2.0**14 and int(optimizer.iterations) == 1
+
+    clipped = one_weight_model()  # clipping applies to the unscaled gradients: 0.1 * 0.5 moves by 0.05
+    fit(clipped, constant_data(0.5, steps=1), optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+        loss=keras.losses.MeanSquaredError(), clip_norm=0.1, progress=False)
+    assert float(clipped.layers[0].kernel.numpy()[0, 0]) == pytest.approx(0.99, abs=1e-7)
+
+    nan_target = constant_data(0.5, steps=3, targets=[0.0, np.nan, 0.0])  # a non-finite loss is still ours
+    with pytest.raises(NonFiniteError, match=r"^loss is nan at epoch 1, step 2"):
+        fit(one_weight_model(), nan_target, optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+            loss=keras.losses.MeanSquaredError(), progress=False)
+
+
 MIRRORED = """
 from companion.notebook import split_cpu
 split_cpu(2)
@@ -280,19 +430,26 @@ import tests.test_training as t
 from companion.training import fit
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 data = t.shapes_dataset(100, batch=24)  # the last batch of 4 splits 2 + 2
-with strategy.scope():
-    model = t.small_model(regularizer=keras.regularizers.L2(1e-3))
-    optimizer = keras.optimizers.Adam(0.01)
-single = t.small_model(seed=3, regularizer=keras.regularizers.L2(1e-3))
-single.set_weights(model.get_weights())
-kwargs = dict(loss=t.crossentropy(reduction=None), epochs=2, clip_norm=1.0, progress=False)
-history = fit(model, data, optimizer=optimizer, strategy=strategy, **kwargs)
-reference = fit(single, data, optimizer=keras.optimizers.Adam(0.01), **kwargs)
-replicas = [np.max(np.abs(v.value.values[0].numpy() - v.value.values[1].numpy()))
-            for v in model.variables + optimizer.variables]
-print(len(replicas), max(replicas), t.max_difference(model, single) < 1e-5,
-      np.allclose(history["loss"], reference["loss"], rtol=1e-5))
-for bad in [dict(loss=t.crossentropy()), dict(loss=t.crossentropy(reduction=None), model=single)]:
+for loss in [t.crossentropy(reduction=None), t.crossentropy()]:  # per example; Keras's mean
+    with strategy.scope():
+        model = t.small_model(regularizer=keras.regularizers.L2(1e-3))
+        optimizer = keras.optimizers.Adam(0.01)
+    single = t.small_model(seed=3, regularizer=keras.regularizers.L2(1e-3))
+    single.set_weights(model.get_weights())
+    kwargs = dict(loss=loss, epochs=2, clip_norm=1.0, validation_data=data, progress=False)
+    history = fit(model, data, optimizer=optimizer, strategy=strategy, **kwargs)
+    reference = fit(single, data, optimizer=keras.optimizers.Adam(0.01), **kwargs)
+    replicas = [np.max(np.abs(v.value.values[0].numpy() - v.value.values[1].numpy()))
+                for v in model.variables + optimizer.variables]
+    print(len(replicas), max(replicas), t.max_difference(model, single) < 1e-5,
+          all(np.allclose(history[k], reference[k], rtol=1e-5) for k in ["loss", "val_loss"]))
+
+
+def mean_loss(y_true, y_pred):  # a hand-written mean: not divided by the replicas
+    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y_true, y_pred))
+
+
+for bad in [dict(loss=mean_loss), dict(loss=t.crossentropy(), model=single)]:
     try:
         fit(bad.pop("model", model), data, optimizer=optimizer, strategy=strategy, progress=False, **bad)
     except ValueError as error:
@@ -306,9 +463,10 @@ def test_mirrored_strategy_replicas_agree_and_match_one_device():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     result = run_python(MIRRORED, env={"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])})
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()[-3:]
-    count, difference, close_weights, close_losses = lines[0].split()
-    assert int(count) > 10 and float(difference) == 0.0 and close_weights == close_losses == "True"
-    assert lines[1] == ("loss: expected per-example losses (shape (batch,)) under a strategy with 2 replicas, "
-                        "got a scalar")
-    assert lines[2].startswith("strategy: expected the model and optimizer to be created under strategy.scope()")
+    lines = result.stdout.splitlines()[-4:]
+    for line in lines[:2]:  # per-example losses, then a Keras loss with its default reduction
+        count, difference, close_weights, close_histories = line.split()
+        assert int(count) > 10 and float(difference) == 0.0 and close_weights == close_histories == "True"
+    assert lines[2] == ("loss: expected per-example losses (shape (batch,)) or a keras.losses.Loss under a strategy "
+                        "with 2 replicas, got a scalar from 'mean_loss'")
+    assert lines[3].startswith("strategy: expected the model and optimizer to be created under strategy.scope()")
