@@ -474,8 +474,8 @@ def _cached(model: keras.Model, kind: str, key: tuple[Any, ...], keep: tuple[Any
     """The ``kind`` function kept on ``model`` for ``key``, or a new one from ``make()``.
 
     ``key`` names objects by ``id``; ``keep`` holds them, so that no id is reused while the
-    entry lives. One entry per kind: a new key replaces the old function, as ``model.fit``'s
-    ``compile`` does.
+    entry lives. One entry per kind: a new key replaces the old function, as ``model.compile``
+    replaces ``model.train_function``.
     """
     functions = vars(model).get(_CACHE)
     if functions is None:
@@ -522,6 +522,8 @@ def _run_epoch(
     logs = {"loss": float(totals["loss"]) / max(int(totals["examples"]), 1)}
     logs.update({name: float(metric.result()) for _, metric, name in entries})
     return logs, int(totals["steps"])
+
+
 def fit(
     model: keras.Model,
     dataset: tf.data.Dataset,
