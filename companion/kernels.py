@@ -411,8 +411,8 @@ class CppGaussianBlur(GaussianBlur):
 
     The layer sets ``supports_jit = False``: the op has no XLA kernel, and ``compile()``'s
     default ``jit_compile="auto"`` turns XLA on whenever a GPU is visible unless some layer
-    says so; ``fit`` would then fail ("No registered 'GaussianBlur' OpKernel for XLA_..._JIT
-    devices"). Under ``mixed_float16`` it blurs float16 inputs in float32 (see ``cpp_blur``).
+    says so; ``fit`` would then fail (``No registered 'GaussianBlur' OpKernel for XLA_GPU_JIT
+    devices``). Under ``mixed_float16`` it blurs float16 inputs in float32 (see ``cpp_blur``).
 
     Args:
         ksize: Kernel size, a positive odd int.
