@@ -262,15 +262,11 @@ def test_source_sections_and_unknown_section():
 # --- GPU runtime and mixed precision, checked on the CPU ----------------------------------------
 
 
-class _FakeGPU:
-    name, device_type = "/physical_device:GPU:0", "GPU"
-
-
-def _compile_as_on_a_gpu(model, monkeypatch):
+def _compile_as_on_a_gpu(model):
     """``model.compile()`` with a GPU visible to Keras: jit_compile="auto" resolves as on Colab."""
-    real_list = tf.config.list_physical_devices
-    with monkeypatch.context() as patched:  # Keras lists the physical devices to resolve "auto"
-        patched.setattr(tf.config, "list_physical_devices", lambda kind=None: [*real_list(kind), _FakeGPU()])
+    from companion.diagnostics import simulated_gpu
+
+    with simulated_gpu():
         model.compile(optimizer="sgd", loss="mse")
     return model
 
@@ -281,13 +277,13 @@ def _blur_model(blur_layer):
     return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(x)))
 
 
-def test_auto_jit_compile_on_a_gpu_leaves_the_compiled_blur_out_of_xla(monkeypatch):
+def test_auto_jit_compile_on_a_gpu_leaves_the_compiled_blur_out_of_xla():
     from companion.pyfunc import GaussianBlur
 
     keras.utils.set_random_seed(0)
-    jitted = _compile_as_on_a_gpu(_blur_model(GaussianBlur()), monkeypatch)
+    jitted = _compile_as_on_a_gpu(_blur_model(GaussianBlur()))
     assert jitted.jit_compile is True  # the fake GPU works: Keras chose XLA for the native blur
-    model = _compile_as_on_a_gpu(_blur_model(CppGaussianBlur()), monkeypatch)
+    model = _compile_as_on_a_gpu(_blur_model(CppGaussianBlur()))
     # Under XLA this step fails: "No registered 'GaussianBlur' OpKernel for XLA_CPU_JIT devices".
     history = model.fit(_images((4, 16, 16, 3)), np.zeros((4, 2), np.float32), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0]) and model.jit_compile is False
