@@ -206,13 +206,13 @@ def _config_problems(item: Any) -> list[str]:
     if bad:
         return [f"{cls}.get_config() is not JSON: {bad}; store a name or "
                 f"keras.saving.serialize_keras_object(...) of it instead"]
-    problems = []
+    problems, unstored = [], []
     if not _is_keras_module(_defining_module(type(item), "get_config")):  # written by the user
         for name, parameter in _constructor_arguments(type(item)):
             if name not in config:
                 fallback = ("fails (no default)" if parameter.default is parameter.empty
                             else f"gets the default {parameter.default!r}")
-                problems.append(f"{cls}.get_config() does not store the constructor argument {name!r}: "
+                unstored.append(f"{cls}.get_config() does not store the constructor argument {name!r}: "
                                 f"from_config {fallback}")
     elif isinstance(item, keras.Model) and not _is_functional(item):
         names = [name for name, _ in _constructor_arguments(type(item))]
@@ -220,9 +220,9 @@ def _config_problems(item: Any) -> list[str]:
             problems.append(f"{cls} is a subclassed Model without its own get_config: Keras records no "
                             f"constructor arguments of a model ({', '.join(names)}), so loading builds it "
                             f"with their defaults; write get_config")
-    if problems or isinstance(item, keras.optimizers.Optimizer):
-        return problems
-    return _from_config_problems(item, json.loads(json.dumps(config)))
+    if unstored or isinstance(item, keras.optimizers.Optimizer):
+        return unstored
+    return problems + _from_config_problems(item, json.loads(json.dumps(config)))
 
 
 def _constructor_arguments(cls: type) -> list[tuple[str, inspect.Parameter]]:
