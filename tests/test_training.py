@@ -307,6 +307,41 @@ def test_repeated_fit_calls_reuse_their_traced_functions():
     assert len(traces) == 4  # other trainable variables: traced again
 
 
+def test_an_epoch_of_known_length_reads_the_device_once_at_its_end_not_per_step(monkeypatch):
+    """What keeps the host from waiting for each step (a GPU would idle): no read per step."""
+    reads = []
+
+    class Counted(dict):
+        def __getitem__(self, key):
+            reads.append(key)
+            return super().__getitem__(key)
+
+    class Answer:  # what run_next returns; the loop converts it only when the length is unknown
+        def __init__(self, value):
+            self.value = value
+
+        def __bool__(self):
+            reads.append("more")
+            return bool(self.value)
+
+    make = training._epoch_function
+
+    def counted_epoch_function(step):
+        run_next, totals = make(step)
+        return (lambda iterator: Answer(run_next(iterator))), Counted(totals)
+
+    monkeypatch.setattr(training, "_epoch_function", counted_epoch_function)
+    monkeypatch.setattr(training, "READ_INTERVAL", 1e9)  # no periodic read within this test
+    per_epoch = {}
+    for batches in (2, 8):
+        reads.clear()
+        history = fit(small_model(), shapes_dataset(16 * batches, batch=16), optimizer=keras.optimizers.SGD(0.01),
+                      loss=crossentropy(), progress=False)
+        per_epoch[batches] = len(reads)
+        assert math.isfinite(history["loss"][0])
+    assert per_epoch[2] == per_epoch[8] <= 5, per_epoch  # a few reads at the end, none per step
+
+
 def test_fit_builds_a_model_without_input_from_the_dataset():
     x = np.random.default_rng(0).normal(size=(64, 3)).astype("float32")
     data = tf.data.Dataset.from_tensor_slices((x, x @ np.array([[1.0], [-2.0], [0.5]], "float32"))).batch(16)
