@@ -4,16 +4,22 @@ Every message reads ``"<argument>: expected <what>, got <type> <value>"``, so a 
 argument was wrong, what it should have been and what arrived. Integers may be Python or NumPy
 integers (``np.int64`` from an array is as good as ``int``); ``bool`` is never a number here,
 and neither is a float with an integral value (``2.0`` for a count is a slip worth reporting).
-Real numbers may be Python or NumPy scalars; NaN is rejected wherever a number is checked.
+Real numbers may be Python or NumPy scalars; NaN is rejected wherever a number is checked, and a
+number that will live in a tensor is checked against what that tensor's dtype can hold
+(``dtype=``): ``1e300`` is finite in Python and ``inf`` in float32.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+#: The largest seed every random API here takes (NumPy's and TensorFlow's both take 32 bits).
+MAX_SEED = 2**32 - 1
 
 
 def describe(value: Any) -> str:
@@ -32,15 +38,28 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+def _number_text(number: float) -> str:
+    """An int as written (``1000000000000``, never ``1e+12``); other numbers in ``g`` form."""
+    return str(int(number)) if is_int(number) else f"{number:g}"
+
+
 def _range_text(minimum: float | None, maximum: float | None, above: float | None) -> str:
     parts = []
     if above is not None:
-        parts.append(f"> {above:g}")
+        parts.append(f"> {_number_text(above)}")
     if minimum is not None:
-        parts.append(f">= {minimum:g}")
+        parts.append(f">= {_number_text(minimum)}")
     if maximum is not None:
-        parts.append(f"<= {maximum:g}")
+        parts.append(f"<= {_number_text(maximum)}")
     return " and ".join(parts)
+
+
+def dtype_max(dtype: Any) -> float:
+    """The largest finite value of a floating ``dtype`` (a name, NumPy or TensorFlow dtype)."""
+    name = getattr(dtype, "name", dtype)
+    if name == "bfloat16":
+        return 3.3895313892515355e38
+    return float(np.finfo(np.dtype(name)).max)
 
 
 def check_int(
@@ -72,6 +91,7 @@ def check_real(
     maximum: float | None = None,
     above: float | None = None,
     finite: bool = True,
+    dtype: Any = None,
 ) -> float:
     """Return ``value`` as a Python float if it is a real number in range (NaN never is).
 
@@ -82,11 +102,17 @@ def check_real(
         maximum: Largest allowed value (inclusive).
         above: Exclusive lower bound (``above=0`` means positive).
         finite: Reject ``inf`` and ``-inf`` as well.
+        dtype: The floating dtype the value will be held in: its largest finite value caps the
+            range on both sides (``1e300`` is ``inf`` in float32).
 
     Raises:
         TypeError: If ``value`` is not a real number (``bool`` included).
         ValueError: If it is NaN, infinite (when ``finite``) or outside the range.
     """
+    if dtype is not None:
+        largest = dtype_max(dtype)
+        maximum = largest if maximum is None else min(maximum, largest)
+        minimum = -largest if minimum is None else max(minimum, -largest)
     what = " ".join(filter(None, ["a finite number" if finite else "a number",
                                   _range_text(minimum, maximum, above)]))
     if not is_real(value):
@@ -102,6 +128,91 @@ def check_real(
     if out_of_range:
         raise ValueError(f"{name}: expected {what}, got {describe(value)}")
     return number
+
+
+def check_fraction(value: Any, name: str, *, above_zero: bool = False, below_one: bool = False) -> float:
+    """Return ``value`` as a float in ``[0, 1]`` (each end excluded on request)."""
+    number = check_real(value, name, minimum=None if above_zero else 0.0, maximum=None if below_one else 1.0,
+                        above=0.0 if above_zero else None)
+    if below_one and number >= 1.0:
+        raise ValueError(f"{name}: expected a finite number {'> 0' if above_zero else '>= 0'} and < 1,"
+                         f" got {describe(value)}")
+    return number
+
+
+def check_seed(value: Any, name: str = "seed", *, allow_none: bool = False) -> int | None:
+    """Return ``value`` as an int seed in ``[0, 2**32 - 1]`` (``None`` too, with ``allow_none``)."""
+    return check_int(value, name, minimum=0, maximum=MAX_SEED, allow_none=allow_none)
+
+
+def check_instance(value: Any, name: str, types: type | tuple[type, ...], what: str) -> Any:
+    """Return ``value`` if it is an instance of ``types``; else TypeError ``"<name>: expected <what>, ..."``."""
+    if not isinstance(value, types):
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
+    return value
+
+
+def check_callable(value: Any, name: str, what: str = "a callable") -> Any:
+    """Return ``value`` if it can be called; else TypeError naming ``name``."""
+    if not callable(value):
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
+    return value
+
+
+def check_str(value: Any, name: str, what: str = "a non-empty str") -> str:
+    """Return ``value`` if it is a non-empty ``str`` (an empty name or path is a slip, not a default)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
+    if not value:
+        raise ValueError(f"{name}: expected {what}, got an empty str")
+    return value
+
+
+def check_path(value: Any, name: str) -> Any:
+    """Return ``value`` as a ``pathlib.Path``: a non-empty ``str`` or ``os.PathLike`` (``''`` is no folder)."""
+    import os
+    from pathlib import Path
+
+    what = "a non-empty path (str or os.PathLike)"
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{name}: expected {what}, got {describe(value)}")
+    return Path(text)
+
+
+def check_choice(value: Any, name: str, choices: Sequence[Any]) -> Any:
+    """Return ``value`` if it equals one of ``choices`` (of the same type); else ValueError listing them."""
+    for choice in choices:
+        if type(value) is type(choice) and value == choice:
+            return value
+    options = ", ".join(repr(choice) for choice in choices)
+    error = ValueError if any(type(value) is type(choice) for choice in choices) else TypeError
+    raise error(f"{name}: expected one of {options}, got {describe(value)}")
+
+
+def check_sequence(
+    value: Any,
+    name: str,
+    what: str,
+    *,
+    item: Callable[[Any, str], Any] | None = None,
+    min_length: int = 1,
+) -> tuple[Any, ...]:
+    """Return ``value`` as a tuple if it is a list or tuple of at least ``min_length`` items.
+
+    Strings, mappings and sets are refused (a str would be read one character at a time, a
+    dict by its keys, a set in no fixed order). ``item(element, "<name>[i]")`` checks each
+    element and returns it as it should be stored.
+    """
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (Sequence, np.ndarray)):
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
+    if len(value) < min_length:
+        raise ValueError(f"{name}: expected {what}, got {describe(value)}")
+    if item is None:
+        return tuple(value)
+    return tuple(item(element, f"{name}[{index}]") for index, element in enumerate(value))
 
 
 def check_bool(value: Any, name: str) -> bool:
@@ -124,7 +235,7 @@ def float_tensor(value: Any, name: str) -> Any:
     try:
         tensor = tf.convert_to_tensor(value)
     except (TypeError, ValueError) as error:
-        raise TypeError(f"{name}: expected a floating-point tensor, got {type(value).__name__}") from error
+        raise TypeError(f"{name}: expected a floating-point tensor, got {describe(value)}") from error
     if not tensor.dtype.is_floating:
         raise TypeError(
             f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64),"

@@ -39,7 +39,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from companion.pyfunc import GaussianBlur, _check_ksize, _check_sigma, gaussian_kernel
+from companion.pyfunc import GaussianBlur, check_ksize, check_sigma, gaussian_kernel
 
 #: The C++ source of the ops, inside the installed package.
 SOURCE = Path(__file__).with_name("_kernels") / "blur_op.cc"
@@ -372,7 +372,7 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
         >>> cpp_blur(np.ones((8, 8, 3), np.float16)).dtype
         tf.float16
     """
-    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
     images = tf.convert_to_tensor(images)
     dtype, shape = images.dtype, images.shape
     compute_dtype = _COMPUTE_DTYPES.get(dtype)

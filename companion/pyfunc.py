@@ -35,14 +35,16 @@ SMALL_KERNELS = {
 OPENCV_DTYPES = (np.uint8, np.float32, np.float64)
 
 
-def _check_ksize(ksize: object) -> int:
+def check_ksize(ksize: object) -> int:
+    """Return ``ksize`` as an int if it is a positive odd int (a Gaussian kernel's length)."""
     ksize = check_int(ksize, "ksize", minimum=1)
     if ksize % 2 == 0:
         raise ValueError(f"ksize: expected an odd int >= 1, got {describe(ksize)}")
     return ksize
 
 
-def _check_sigma(sigma: object) -> float:
+def check_sigma(sigma: object) -> float:
+    """Return ``sigma`` as a float if it is a finite number >= 0 (0 selects OpenCV's rule)."""
     return check_real(sigma, "sigma", minimum=0)  # 0 selects OpenCV's rule
 
 
@@ -70,7 +72,7 @@ def gaussian_kernel(ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
         >>> gaussian_kernel(5) * 16
         array([1., 4., 6., 4., 1.])
     """
-    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
     if sigma == 0 and ksize in SMALL_KERNELS:
         weights = np.asarray(SMALL_KERNELS[ksize], np.float64)
     else:
@@ -106,7 +108,7 @@ def cv2_blur(image: np.ndarray, ksize: int = 5, sigma: float = 0.0) -> np.ndarra
     """
     import cv2
 
-    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
     if not isinstance(image, np.ndarray):
         raise TypeError(
             f"image: expected a NumPy array (call .numpy() on a tensor), got {type(image).__name__}"
@@ -162,7 +164,7 @@ def py_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tenso
         >>> ds.map(py_function_blur).element_spec.shape
         TensorShape([8, 8, 3])
     """
-    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
     image = _opencv_tensor(image)
     blurred = tf.py_function(
         lambda x: cv2_blur(x.numpy(), ksize, sigma), inp=[image], Tout=image.dtype
@@ -196,7 +198,7 @@ def numpy_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Te
         >>> ds.map(numpy_function_blur).element_spec.shape
         TensorShape([8, 8, 3])
     """
-    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
     image = _opencv_tensor(image)
     blurred = tf.numpy_function(lambda x: cv2_blur(x, ksize, sigma), [image], image.dtype)
     return tf.ensure_shape(blurred, image.shape)  # the output shape is unknown
@@ -250,7 +252,7 @@ def native_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
         >>> native_blur(np.ones((1, 8, 8, 3), np.float32)).shape
         TensorShape([1, 8, 8, 3])
     """
-    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
     images = tf.convert_to_tensor(images)
     if not images.dtype.is_floating:
         raise TypeError(
@@ -295,8 +297,8 @@ class GaussianBlur(keras.layers.Layer):
 
     def __init__(self, ksize: int = 5, sigma: float = 0.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.ksize = _check_ksize(ksize)
-        self.sigma = _check_sigma(sigma)
+        self.ksize = check_ksize(ksize)
+        self.sigma = check_sigma(sigma)
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return native_blur(inputs, self.ksize, self.sigma)

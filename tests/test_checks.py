@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from companion._checks import check_bool, check_int, check_real
+from companion._checks import (check_bool, check_callable, check_choice, check_fraction, check_instance, check_int,
+                               check_path, check_real, check_seed, check_sequence, check_str)
 from companion.data import class_name, make_shapes
 from companion.gradients import clipped_identity, gradient_error
 from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock
@@ -48,6 +49,63 @@ def test_check_real_accepts_numpy_scalars_and_rejects_bools():
     with pytest.raises(ValueError, match=r"^x: expected a finite number > 0, got float 0.0$"):
         check_real(0.0, "x", above=0)
     assert check_bool(np.bool_(False), "flag") is False
+
+
+def test_ranges_print_ints_as_ints():
+    with pytest.raises(ValueError, match=r"^n: expected an int >= 1 and <= 1000000000000, got int 10000000000000$"):
+        check_int(10**13, "n", minimum=1, maximum=10**12)
+
+
+@pytest.mark.parametrize("dtype, largest", [("float16", "65504"), ("float32", "3.40282e\\+38")])
+def test_check_real_against_a_dtype_refuses_what_the_dtype_cannot_hold(dtype, largest):
+    assert check_real(100.0, "stddev", minimum=0, dtype="float64") == 100.0
+    with pytest.raises(ValueError, match=rf"^stddev: expected a finite number >= 0 and <= {largest}, got float 1e\+300$"):
+        check_real(1e300, "stddev", minimum=0, dtype=dtype)
+
+
+def test_check_seed_has_a_maximum():
+    assert check_seed(2**32 - 1) == 2**32 - 1 and check_seed(None, allow_none=True) is None
+    with pytest.raises(ValueError, match=r"^seed: expected an int >= 0 and <= 4294967295, got int 4294967296$"):
+        check_seed(2**32)
+
+
+def test_check_fraction_bounds():
+    assert check_fraction(1, "f") == 1.0
+    with pytest.raises(ValueError, match=r"^f: expected a finite number >= 0 and < 1, got float 1.0$"):
+        check_fraction(1.0, "f", below_one=True)
+    with pytest.raises(ValueError, match=r"^f: expected a finite number > 0"):
+        check_fraction(0, "f", above_zero=True)
+
+
+@pytest.mark.parametrize("value", ["abc", {"a": 1}, {1, 2}, 3, None])
+def test_check_sequence_refuses_strings_mappings_sets_and_scalars(value):
+    with pytest.raises(TypeError, match=r"^names: expected a list of names, got "):
+        check_sequence(value, "names", "a list of names")
+
+
+def test_check_sequence_checks_each_item_under_its_index():
+    assert check_sequence([1, 2], "sizes", "ints", item=lambda v, n: check_int(v, n)) == (1, 2)
+    with pytest.raises(TypeError, match=r"^sizes\[1\]: expected an int, got NoneType None$"):
+        check_sequence([1, None], "sizes", "ints", item=lambda v, n: check_int(v, n))
+    with pytest.raises(ValueError, match=r"^sizes: expected ints, got list \[\]$"):
+        check_sequence([], "sizes", "ints")
+
+
+def test_check_choice_instance_callable_str_and_path():
+    assert check_choice("mlp", "model", ("mlp", "cnn")) == "mlp"
+    with pytest.raises(ValueError, match=r"^model: expected one of 'mlp', 'cnn', got str 'rnn'$"):
+        check_choice("rnn", "model", ("mlp", "cnn"))
+    with pytest.raises(TypeError, match=r"^model: expected one of 'mlp', 'cnn', got int 1$"):
+        check_choice(1, "model", ("mlp", "cnn"))
+    with pytest.raises(TypeError, match=r"^x: expected a list, got tuple \(\)$"):
+        check_instance((), "x", list, "a list")
+    with pytest.raises(TypeError, match=r"^fn: expected a callable, got int 3$"):
+        check_callable(3, "fn")
+    with pytest.raises(ValueError, match=r"^name: expected a non-empty str, got an empty str$"):
+        check_str("", "name")
+    with pytest.raises(ValueError, match=r"^cache_dir: expected a non-empty path"):
+        check_path("", "cache_dir")
+    assert str(check_path("a/b", "p")) == "a/b"
 
 
 # --- the public functions agree (each case below disagreed across modules before) ----------------

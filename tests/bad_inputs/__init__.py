@@ -1,0 +1,1 @@
+"""One bad-input table per companion module (``CASES``, optional ``EXEMPT``); see ``tests/badinput.py``."""
