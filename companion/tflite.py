@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import check_bool, describe
+from companion._checks import check_bool, check_instance, check_path, describe
 
 __all__ = ["convert", "refused_ops", "run"]
 
@@ -38,7 +39,7 @@ def convert(saved_model_dir: str | os.PathLike, *, select_tf_ops: bool = False, 
 
     Raises:
         TypeError: If ``saved_model_dir`` is not a path or a flag is not a bool.
-        ValueError: If ``saved_model_dir`` is not a directory.
+        ValueError: If ``saved_model_dir`` is empty or not a directory holding ``saved_model.pb``.
         Exception: The converter's own error when it refuses an op (its class is not public
             API); ``refused_ops(error)`` lists the ops it named.
 
@@ -50,23 +51,53 @@ def convert(saved_model_dir: str | os.PathLike, *, select_tf_ops: bool = False, 
         >>> convert(path)[4:8]
         b'TFL3'
     """
-    if not isinstance(saved_model_dir, (str, os.PathLike)):
-        raise TypeError(f"saved_model_dir: expected a path to a SavedModel directory, "
-                        f"got {describe(saved_model_dir)}")
-    if not os.path.isdir(saved_model_dir):
-        raise ValueError(f"saved_model_dir: expected an existing SavedModel directory, "
-                         f"got {os.fspath(saved_model_dir)!r}")
     select_tf_ops, custom_ops = check_bool(select_tf_ops, "select_tf_ops"), check_bool(custom_ops, "custom_ops")
-    converter = tf.lite.TFLiteConverter.from_saved_model(os.fspath(saved_model_dir))
+    saved_model_dir = _check_saved_model_dir(saved_model_dir)
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir))
     if select_tf_ops:
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
     converter.allow_custom_ops = custom_ops
     return converter.convert()
 
 
+def _check_saved_model_dir(value: Any) -> Path:
+    path = check_path(value, "saved_model_dir")
+    if not (path / "saved_model.pb").is_file():
+        raise ValueError(f"saved_model_dir: expected an existing SavedModel directory (with saved_model.pb), "
+                         f"got {describe(value)}")
+    return path
+
+
 def refused_ops(error: BaseException) -> list[str]:
-    """The TensorFlow op names a failed ``convert`` refused, sorted (empty for another error)."""
+    """The TensorFlow op names a failed ``convert`` refused, sorted (empty for another error).
+
+    Raises:
+        TypeError: If ``error`` is not an exception.
+    """
+    check_instance(error, "error", BaseException, "an exception")
     return sorted(set(_REFUSED.findall(str(error))))
+
+
+def _input_text(detail: dict[str, Any]) -> str:
+    """``"an array of shape (None, 3) (float32)"`` for an interpreter's input details."""
+    shape = ", ".join("None" if size < 0 else str(size) for size in detail["shape_signature"])
+    return f"an array of shape ({shape}{',' if len(detail['shape_signature']) == 1 else ''}) ({np.dtype(detail['dtype'])})"
+
+
+def _checked_batch(inputs: Any, detail: dict[str, Any]) -> np.ndarray:
+    """``inputs`` as an array of the input's dtype, if its shape fits and it casts within its kind."""
+    what, dtype = _input_text(detail), np.dtype(detail["dtype"])
+    try:
+        batch = np.asarray(inputs)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"inputs: expected {what}, got {describe(inputs)}") from error
+    if not np.can_cast(batch.dtype, dtype, "same_kind") or batch.dtype.kind not in "biuf":
+        raise TypeError(f"inputs: expected {what}, got {type(inputs).__name__} of dtype {batch.dtype}"
+                        f" (it does not cast to {dtype} within its kind)")
+    signature = detail["shape_signature"]
+    if batch.ndim != len(signature) or any(0 <= size != got for size, got in zip(signature, batch.shape)):
+        raise ValueError(f"inputs: expected {what}, got {type(inputs).__name__} of shape {batch.shape}")
+    return batch.astype(dtype, copy=False)
 
 
 def run(model_bytes: bytes, inputs: Any) -> np.ndarray:
@@ -74,13 +105,17 @@ def run(model_bytes: bytes, inputs: Any) -> np.ndarray:
 
     Args:
         model_bytes: A flatbuffer from ``convert``.
-        inputs: Array (or tensor) for the model's single input; the input is resized to its shape.
+        inputs: Array (or tensor) for the model's single input, of its shape (any size where
+            the model has ``None``); cast to the input's dtype within its kind (float64 and
+            integers to float32, never floats to integers). An empty batch gives an empty output.
 
     Returns:
         The model's first output.
 
     Raises:
-        TypeError: If ``model_bytes`` is not bytes.
+        TypeError: If ``model_bytes`` is not bytes, or ``inputs`` does not cast to the input's dtype.
+        ValueError: If ``model_bytes`` is not a TFLite model of one input, or ``inputs`` has another
+            shape than the model's input.
         RuntimeError: The interpreter's error, e.g. for a custom op it has no kernel for.
 
     Example:
@@ -91,16 +126,27 @@ def run(model_bytes: bytes, inputs: Any) -> np.ndarray:
         >>> run(convert(path), np.ones((2, 3), np.float32)).tolist()
         [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]
     """
-    if not isinstance(model_bytes, bytes):
-        raise TypeError(f"model_bytes: expected the bytes of a TFLite model (from convert), "
-                        f"got {describe(model_bytes)}")
-    batch = np.asarray(inputs)
+    interpreter = _interpreter(model_bytes)
+    detail = interpreter.get_input_details()[0]
+    batch = _checked_batch(inputs, detail)
+    interpreter.resize_tensor_input(detail["index"], batch.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(detail["index"], batch)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
+def _interpreter(model_bytes: Any) -> Any:
+    """A TFLite interpreter for ``model_bytes``, a model of one input."""
+    what = "the bytes of a TFLite model (from convert)"
+    check_instance(model_bytes, "model_bytes", bytes, what)
+    if model_bytes[4:8] != b"TFL3":  # the flatbuffer's file identifier
+        raise ValueError(f"model_bytes: expected {what}, got {describe(model_bytes)}")
     with warnings.catch_warnings():  # TF 2.20+ points to LiteRT, the interpreter's new home
         warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated", category=UserWarning)
         interpreter = tf.lite.Interpreter(model_content=model_bytes)
-    index = interpreter.get_input_details()[0]["index"]
-    interpreter.resize_tensor_input(index, batch.shape)
-    interpreter.allocate_tensors()
-    interpreter.set_tensor(index, batch)
-    interpreter.invoke()
-    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    inputs = len(interpreter.get_input_details())
+    if inputs != 1:
+        raise ValueError(f"model_bytes: expected {what} with one input, got a model of {inputs} inputs")
+    return interpreter
+

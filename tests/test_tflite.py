@@ -1,5 +1,7 @@
 """companion.tflite: convert a Keras export, run it, name the ops the converter refuses."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -40,13 +42,52 @@ def test_a_tensor_batch_is_accepted(tmp_path):
     assert run(convert(path), tf.ones((4, 3))).tolist() == [[2.0] * 3] * 4
 
 
+@pytest.fixture(scope="module")
+def doubling_model(tmp_path_factory):
+    """A TFLite model of input (None, 3) float32 that doubles it."""
+    path = tmp_path_factory.mktemp("doubling") / "model"
+    inputs = keras.Input((3,))
+    keras.Model(inputs, inputs * 2.0).export(path, verbose=False)
+    return convert(path)
+
+
+@pytest.mark.parametrize("batch", [np.ones((3, 2), "float32"), np.ones((2, 3, 1), "float32"), np.ones(3, "float32")])
+def test_run_refuses_a_batch_of_another_shape(doubling_model, batch):
+    # before: a (3, 2) batch was reshaped to fit and silently gave 2 rows
+    with pytest.raises(ValueError, match=r"^inputs: expected an array of shape \(None, 3\) \(float32\), got ndarray of "
+                                         rf"shape {re.escape(str(batch.shape))}"):
+        run(doubling_model, batch)
+
+
+@pytest.mark.parametrize("batch", [np.ones((2, 3), "complex64"), np.array([["a", "b", "c"]]), [[None, 1, 2]]])
+def test_run_refuses_a_batch_that_does_not_cast_to_the_input_dtype(doubling_model, batch):
+    with pytest.raises(TypeError, match=r"^inputs: expected an array of shape \(None, 3\) \(float32\)"):
+        run(doubling_model, batch)
+
+
+def test_run_casts_within_a_kind_and_takes_an_empty_batch(doubling_model):
+    assert run(doubling_model, np.ones((2, 3))).tolist() == [[2.0] * 3] * 2  # float64 and ints cast
+    assert run(doubling_model, [[1, 2, 3]]).tolist() == [[2.0, 4.0, 6.0]]
+    empty = run(doubling_model, np.ones((0, 3), "float32"))
+    assert empty.shape == (0, 3) and empty.dtype == np.float32
+
+
+def test_run_refuses_bytes_that_are_no_tflite_model():
+    with pytest.raises(ValueError, match="^model_bytes: expected the bytes of a TFLite model"):
+        run(b"not a model at all", np.ones((1, 3), "float32"))
+
+
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda p: convert(123), TypeError, "^saved_model_dir: expected a path to a SavedModel directory, got int 123"),
+        (lambda p: convert(123), TypeError, "^saved_model_dir: expected a non-empty path .*, got int 123"),
         (lambda p: convert(p / "missing"), ValueError, "^saved_model_dir: expected an existing SavedModel directory"),
         (lambda p: convert(p, select_tf_ops="yes"), TypeError, "^select_tf_ops: expected"),
         (lambda p: run("model.tflite", np.ones(2)), TypeError, "^model_bytes: expected the bytes of a TFLite model"),
+        (lambda p: convert(""), ValueError, "^saved_model_dir: expected a non-empty path"),
+        (lambda p: convert(p), ValueError, "^saved_model_dir: expected an existing SavedModel directory.*, got PosixPath"),
+        (lambda p: convert(__file__), ValueError, "^saved_model_dir: expected an existing SavedModel directory"),
+        (lambda p: refused_ops("EagerPyFunc"), TypeError, "^error: expected an exception, got str 'EagerPyFunc'"),
     ],
 )
 def test_bad_input_is_named(tmp_path, call, error, match):
