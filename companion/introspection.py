@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from companion._checks import check_callable, check_instance, check_sequence, check_str, describe
+
 #: Graph bookkeeping that every traced function has; hidden by default.
 PLUMBING_OPS = frozenset({"Placeholder", "NoOp", "Identity"})
 
@@ -19,13 +21,14 @@ def traced_ops(fn: Callable[..., Any], *args: Any, ignore: Iterable[str] = PLUMB
     Args:
         fn: The callable to trace.
         *args: Example inputs (tensors, arrays or ``tf.TensorSpec``) that fix dtypes and shapes.
-        ignore: Op types to leave out; pass ``()`` to see every op.
+        ignore: Op types to leave out, a list, tuple or set of names; pass ``()`` to see every op.
 
     Returns:
         Op type names such as ``["ReadVariableOp", "MatMul", "BiasAdd"]``, one per op.
 
     Raises:
-        TypeError: If ``fn`` is not callable.
+        TypeError: If ``fn`` is not callable, or ``ignore`` is not a collection of names (a
+            single str is refused: it would be read one letter at a time).
 
     Example:
         >>> import tensorflow as tf
@@ -34,12 +37,19 @@ def traced_ops(fn: Callable[..., Any], *args: Any, ignore: Iterable[str] = PLUMB
     """
     import tensorflow as tf
 
-    if not callable(fn):
-        raise TypeError(f"fn: expected a callable (function, tf.function or layer), got {type(fn).__name__}")
+    check_callable(fn, "fn", "a callable (function, tf.function or layer)")
+    skipped = _op_names(ignore, "ignore")
     graph_fn = fn if hasattr(fn, "get_concrete_function") else tf.function(fn)
     graph = graph_fn.get_concrete_function(*args).graph
-    skipped = frozenset(ignore)
     return [op.type for op in graph.get_operations() if op.type not in skipped]
+
+
+def _op_names(value: Any, name: str) -> frozenset[str]:
+    """``value`` as a set of op type names: a list, tuple or set of non-empty str."""
+    what = "a list, tuple or set of op type names (str)"
+    items = value if isinstance(value, (set, frozenset)) else check_sequence(value, name, what, min_length=0)
+    return frozenset(check_str(item, f"{name}[{index}]", "an op type name (a non-empty str)")
+                     for index, item in enumerate(items))
 
 
 def weights_table(layer: Any) -> list[tuple[str, tuple[int | None, ...], str, bool]]:
@@ -68,8 +78,7 @@ def weights_table(layer: Any) -> list[tuple[str, tuple[int | None, ...], str, bo
     """
     import keras
 
-    if not isinstance(layer, keras.layers.Layer):
-        raise TypeError(f"layer: expected a keras.layers.Layer, got {type(layer).__name__}")
+    check_instance(layer, "layer", keras.layers.Layer, "a keras.layers.Layer")
     return [(w.path, tuple(w.shape), str(w.dtype), bool(w.trainable)) for w in layer.weights]
 
 
@@ -113,17 +122,29 @@ def layer_edges(model: Any) -> list[tuple[str, str]]:
     if isinstance(model, keras.Sequential):
         names = [layer.name for layer in model.layers]
         return list(zip(names, names[1:]))
-    if not isinstance(model, keras.Model) or "layers" not in model.get_config():
-        raise TypeError(
-            f"model: expected a Functional or Sequential keras.Model, got {type(model).__name__}"
-            " (a subclassed model keeps its wiring in Python code in `call`)"
-        )
+    config = _graph_config(model)
     edges = []
-    for layer_config in model.get_config()["layers"]:
+    for layer_config in config["layers"]:
         for node in layer_config.get("inbound_nodes", []):
             for source in _inbound_layer_names(node):
                 edges.append((source, layer_config["name"]))
     return edges
+
+
+def _graph_config(model: Any) -> dict[str, Any]:
+    """The config of a functional model, which lists its layers and their inbound nodes."""
+    import keras
+
+    try:
+        config = model.get_config() if isinstance(model, keras.Model) else {}
+    except NotImplementedError:  # a subclassed model with arguments Keras cannot record
+        config = {}
+    if "layers" not in config:
+        raise TypeError(
+            f"model: expected a Functional or Sequential keras.Model, got {describe(model)}"
+            " (a subclassed model keeps its wiring in Python code in `call`)"
+        )
+    return config
 
 
 def _layered_layout(names: list[str], edges: list[tuple[str, str]]) -> tuple[dict, dict]:
@@ -181,6 +202,8 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
     arrow that skips columns is routed through a free row of each column it crosses, and
     every arrow starts and ends at the edge of a box, so its head is always visible.
 
+    A model without layers (an empty ``keras.Sequential()``) gives an empty plot with its title.
+
     Args:
         model: A model accepted by :func:`layer_edges`.
         ax: A matplotlib Axes to draw on; a new figure is made when None.
@@ -189,15 +212,18 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
         The matplotlib Axes.
 
     Raises:
-        TypeError: As :func:`layer_edges`.
+        TypeError: As :func:`layer_edges`, or if ``ax`` is not a matplotlib Axes.
     """
+    import matplotlib.axes
     import matplotlib.pyplot as plt
 
     edges = layer_edges(model)
+    if ax is not None:
+        check_instance(ax, "ax", matplotlib.axes.Axes, "a matplotlib Axes or None")
     names = list(dict.fromkeys([name for edge in edges for name in edge] + [l.name for l in model.layers]))
     position, waypoints = _layered_layout(names, edges)
-    n_columns = 1 + max(column for column, _ in position.values())
-    all_rows = [r for _, r in position.values()] + [r for points in waypoints.values() for _, r in points]
+    n_columns = 1 + max((column for column, _ in position.values()), default=0)
+    all_rows = [r for _, r in position.values()] + [r for points in waypoints.values() for _, r in points] or [0.0]
     spread = max(all_rows) - min(all_rows)
     if ax is None:
         _, ax = plt.subplots(figsize=(2.3 * n_columns + 0.5, 1.1 * spread + 1.6))

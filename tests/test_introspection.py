@@ -123,3 +123,46 @@ def test_layer_graph_edges_never_cross_another_layers_box_and_end_at_box_edges()
         assert any(abs(arrow.xy[0] - box[0][0]) < 1e-6 and box[0][1] <= arrow.xy[1] <= box[1][1]
                    for box in boxes.values())
     plt.close(ax.figure)
+
+
+@pytest.mark.parametrize("ignore", ["Const", ["Const", 3], {"Const": 1}, None])
+def test_traced_ops_refuses_an_ignore_that_is_not_a_collection_of_names(ignore):
+    with pytest.raises(TypeError, match=r"^ignore(\[1\])?: expected"):
+        traced_ops(tf.math.sin, tf.TensorSpec([2], tf.float32), ignore=ignore)
+
+
+def test_traced_ops_takes_a_set_of_names():
+    assert traced_ops(tf.math.sin, tf.TensorSpec([2], tf.float32), ignore={"Placeholder", "Identity"}) == ["Sin"]
+
+
+def test_layer_edges_names_a_subclassed_model_whose_config_cannot_be_made():
+    class NeedsArgument(keras.Model):  # get_config raises NotImplementedError (a required argument)
+        def __init__(self, units):
+            super().__init__()
+            self.dense = keras.layers.Dense(units)
+
+        def call(self, x):
+            return self.dense(x)
+
+    with pytest.raises(TypeError, match="^model: expected a Functional or Sequential keras.Model, got NeedsArgument"):
+        layer_edges(NeedsArgument(2))
+
+
+def test_plot_layer_graph_of_an_empty_sequential_is_an_empty_plot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from companion.introspection import plot_layer_graph
+
+    ax = plot_layer_graph(keras.Sequential(name="empty"))
+    assert ax.get_title() == "empty: 0 layers, 0 connections" and not ax.texts
+    plt.close(ax.figure)
+
+
+def test_plot_layer_graph_refuses_an_ax_that_is_not_axes():
+    from companion.introspection import plot_layer_graph
+
+    with pytest.raises(TypeError, match="^ax: expected a matplotlib Axes or None, got str 'left'"):
+        plot_layer_graph(_two_branch_model(), ax="left")
