@@ -27,7 +27,19 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from companion._checks import check_bool, check_int, check_real, describe
+from companion._checks import (
+    check_bool,
+    check_choice,
+    check_fraction,
+    check_instance,
+    check_int,
+    check_real,
+    check_seed,
+    check_sequence,
+    check_str,
+    describe,
+    is_real,
+)
 
 __all__ = [
     "AdamW",
@@ -53,13 +65,14 @@ register = keras.saving.register_keras_serializable(package="companion")
 DEFAULT_EXCLUDE = ("bias", "norm", "gamma", "beta")
 
 
-def _check_fraction(value: Any, name: str, *, closed_at_one: bool = False, positive: bool = False) -> float:
-    """A number in [0, 1) (or (0, 1] / [0, 1] as asked), with the companion's message form."""
-    low, high = ("> 0" if positive else ">= 0"), ("<= 1" if closed_at_one else "< 1")
-    number = check_real(value, name, above=0 if positive else None, minimum=None if positive else 0)
-    if number > 1 or (number == 1 and not closed_at_one):
-        raise ValueError(f"{name}: expected a finite number {low} and {high}, got {describe(value)}")
-    return number
+#: The largest value float32 holds: every hyperparameter here is used as a float32 tensor.
+FLOAT32_MAX = float(np.finfo("float32").max)
+#: float32's smallest normal number: a divisor below it is flushed to zero on most devices.
+FLOAT32_TINY = float(np.finfo("float32").tiny)
+#: The largest step count (Keras counts ``iterations`` in int64).
+MAX_STEP = 2**63 - 1
+#: The largest :class:`GaussianNoise` ``stddev``: its noise (|draw| < 8 standard deviations) stays finite.
+MAX_NOISE_STDDEV = FLOAT32_MAX / 8
 
 
 def _path(variable: Any) -> str:
@@ -72,20 +85,42 @@ def _own_name(variable: Any) -> str:
     return variable.name.split("/")[-1].split(":")[0]
 
 
-def _matches(variable: Any, words: Sequence[str]) -> bool:
-    path = _path(variable)
-    return any(word in path for word in words)
-
-
 def _name_matches(variable: Any, words: Sequence[str]) -> bool:
     name = _own_name(variable)
     return any(word in name for word in words)
 
 
-def _check_words(words: Any, name: str) -> tuple[str, ...]:
-    if isinstance(words, str) or not isinstance(words, Sequence) or not all(isinstance(w, str) for w in words):
-        raise TypeError(f"{name}: expected a sequence of strings, got {describe(words)}")
-    return tuple(words)
+def _selects(variable: Any, words: Sequence[str]) -> bool:
+    """A word with a ``/`` is part of the variable's path, a word without one part of its own name."""
+    return any(word in (_path(variable) if "/" in word else _own_name(variable)) for word in words)
+
+
+def _check_words(words: Any, name: str, *, min_length: int = 0) -> tuple[str, ...]:
+    """A list or tuple of non-empty strings (an empty one would match every variable)."""
+    return check_sequence(words, name, "a list or tuple of non-empty str", item=check_str, min_length=min_length)
+
+
+def _check_learning_rate(value: Any) -> Any:
+    """A schedule or callable as is; a number >= 0 that float32 holds (Keras keeps it in a float32 variable)."""
+    if isinstance(value, keras.optimizers.schedules.LearningRateSchedule) or callable(value):
+        return value
+    if not is_real(value):
+        raise TypeError(f"learning_rate: expected a number, a LearningRateSchedule or a callable,"
+                        f" got {describe(value)}")
+    return check_real(value, "learning_rate", minimum=0, dtype="float32")
+
+
+def _finite_learning_rate(learning_rate: Any) -> tf.Tensor:
+    """``learning_rate`` as a float32 tensor; a NaN or infinite one stops the step with a clear error.
+
+    Under XLA (where the check is compiled away) a non-finite rate is replaced by 0, so the
+    step leaves the weights as they were instead of making them NaN.
+    """
+    lr = tf.debugging.check_numerics(
+        tf.cast(learning_rate, tf.float32),
+        "learning_rate: expected a finite number from the optimizer's learning rate or schedule, got NaN or inf;"
+        " the step was not applied")
+    return tf.where(tf.math.is_finite(lr), lr, tf.zeros_like(lr))
 
 
 @register
@@ -144,14 +179,12 @@ class AdamW(keras.optimizers.Optimizer):
         exclude_from_decay: Sequence[str] = DEFAULT_EXCLUDE,
         **kwargs: Any,
     ) -> None:
-        super().__init__(learning_rate=learning_rate, **kwargs)
-        self.beta_1 = _check_fraction(beta_1, "beta_1")
-        self.beta_2 = _check_fraction(beta_2, "beta_2")
-        self.epsilon = check_real(epsilon, "epsilon", minimum=0)
-        self.decay_rate = check_real(weight_decay, "weight_decay", minimum=0)
-        if epsilon_placement not in ("keras", "paper"):
-            raise ValueError(f"epsilon_placement: expected 'keras' or 'paper', got {describe(epsilon_placement)}")
-        self.epsilon_placement = epsilon_placement
+        super().__init__(learning_rate=_check_learning_rate(learning_rate), **kwargs)
+        self.beta_1 = check_fraction(beta_1, "beta_1", below_one=True)
+        self.beta_2 = check_fraction(beta_2, "beta_2", below_one=True)
+        self.epsilon = check_real(epsilon, "epsilon", minimum=FLOAT32_TINY, dtype="float32")
+        self.decay_rate = check_real(weight_decay, "weight_decay", minimum=0, dtype="float32")
+        self.epsilon_placement = check_choice(epsilon_placement, "epsilon_placement", ("keras", "paper"))
         self.exclude_from_decay = _check_words(exclude_from_decay, "exclude_from_decay")
 
     def build(self, variables: list[Any]) -> None:
@@ -167,7 +200,7 @@ class AdamW(keras.optimizers.Optimizer):
         """Decay ``variable``, then take one Adam step with ``gradient``."""
         index = self._get_variable_index(variable)
         dtype = variable.dtype
-        lr = ops.cast(learning_rate, dtype)
+        lr = ops.cast(_finite_learning_rate(learning_rate), dtype)
         gradient = ops.cast(gradient, dtype)
         step = ops.cast(self.iterations + 1, dtype)
         beta_1_power = ops.power(ops.cast(self.beta_1, dtype), step)
@@ -218,21 +251,28 @@ class ClipGlobalNorm(GradientTransform):
     """Scale all gradients by ``min(1, clip_norm / global_norm)``; ``norm`` holds the last norm seen.
 
     Args:
-        clip_norm: The largest global norm let through (> 0).
+        clip_norm: The largest global norm let through: a float32 number, at least float32's
+            smallest normal number (``1.2e-38``; below it the clip would be flushed to zero).
+
+    Raises:
+        TypeError: If ``clip_norm`` is not a real number.
+        ValueError: If it is NaN, infinite or outside float32's normal positive range.
     """
 
     def __init__(self, clip_norm: float) -> None:
-        self.clip_norm = check_real(clip_norm, "clip_norm", above=0)
+        self.clip_norm = check_real(clip_norm, "clip_norm", minimum=FLOAT32_TINY, dtype="float32")
 
     def build(self, optimizer: keras.optimizers.Optimizer, variables: list[Any]) -> None:
         self.norm = optimizer.add_variable((), aggregation="only_first_replica", name="global_norm")
 
     def __call__(self, gradients: list[Any], variables: list[Any], step: Any) -> list[Any]:
-        present = [g for g in gradients if g is not None]
-        clipped, norm = tf.clip_by_global_norm(present, self.clip_norm)
+        norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in gradients if g is not None])
         self.norm.assign(tf.cast(norm, self.norm.dtype))
-        clipped = iter(clipped)
-        return [None if g is None else next(clipped) for g in gradients]
+        # clip / max(norm, clip) is at most 1 for any float32 norm and clip (tf.clip_by_global_norm
+        # multiplies by clip first, which overflows near float32's maximum); norm - norm makes a
+        # non-finite norm give NaN gradients, as tf.clip_by_global_norm does, rather than zeros.
+        scale = self.clip_norm / tf.maximum(norm, self.clip_norm) + (norm - norm)
+        return [None if g is None else g * tf.cast(scale, g.dtype) for g in gradients]
 
     def get_config(self) -> dict[str, Any]:
         return {"clip_norm": self.clip_norm}
@@ -248,15 +288,21 @@ class GaussianNoise(GradientTransform):
     resumed from a checkpoint draws the noise the uninterrupted run would have drawn.
 
     Args:
-        stddev: Standard deviation at step 0 (>= 0).
+        stddev: Standard deviation at step 0, in ``[0, MAX_NOISE_STDDEV]``: float32's largest
+            value / 8, so that ``stddev * noise`` stays finite (a standard normal float32 draw is
+            never beyond 6.7 in magnitude).
         decay: Exponent ``gamma`` of the variance's decay (>= 0; 0.55 in the paper).
-        seed: An int seed.
+        seed: An int seed in ``[0, 2**32 - 1]``.
+
+    Raises:
+        TypeError: If a number is not a real number, or ``seed`` not an int.
+        ValueError: If a number is NaN, infinite or out of its range.
     """
 
     def __init__(self, stddev: float, decay: float = 0.55, seed: int = 0) -> None:
-        self.stddev = check_real(stddev, "stddev", minimum=0)
-        self.decay = check_real(decay, "decay", minimum=0)
-        self.seed = check_int(seed, "seed", minimum=0)
+        self.stddev = check_real(stddev, "stddev", minimum=0, maximum=MAX_NOISE_STDDEV)
+        self.decay = check_real(decay, "decay", minimum=0, dtype="float32")
+        self.seed = check_seed(seed)
 
     def __call__(self, gradients: list[Any], variables: list[Any], step: Any) -> list[Any]:
         step = tf.cast(step, tf.int64)
@@ -287,7 +333,7 @@ class TopK(GradientTransform):
     """
 
     def __init__(self, fraction: float) -> None:
-        self.fraction = _check_fraction(fraction, "fraction", closed_at_one=True, positive=True)
+        self.fraction = check_fraction(fraction, "fraction", above_zero=True)
 
     def build(self, optimizer: keras.optimizers.Optimizer, variables: list[Any]) -> None:
         self.kept = optimizer.add_variable((), initializer="ones", aggregation="only_first_replica", name="kept")
@@ -321,17 +367,21 @@ class TaskWeights(GradientTransform):
     weight the losses: ``compile(loss_weights=...)``.)
 
     Args:
-        weights: A mapping from a substring of variable paths (e.g. a head's layer name) to a
-            factor (>= 0). The first matching key wins.
+        weights: A mapping from a non-empty substring of variable paths (e.g. a head's layer
+            name) to a factor (>= 0, float32). The first matching key wins.
 
     Raises:
-        ValueError: When built, if a key matches none of the optimizer's variables.
+        TypeError: If ``weights`` is not a mapping from str to real numbers.
+        ValueError: If a key is empty (it would match every variable) or a factor out of range;
+            when built, if a key matches none of the optimizer's variables.
     """
 
     def __init__(self, weights: Mapping[str, float]) -> None:
-        if not isinstance(weights, Mapping) or not all(isinstance(key, str) for key in weights):
-            raise TypeError(f"weights: expected a mapping from str to a number, got {describe(weights)}")
-        self.weights = {key: check_real(value, f"weights[{key!r}]", minimum=0) for key, value in weights.items()}
+        what = "a mapping from non-empty str (part of variable paths) to a number >= 0"
+        check_instance(weights, "weights", Mapping, what)
+        self.weights = {check_str(key, "weights", what): check_real(value, f"weights[{key!r}]", minimum=0,
+                                                                     dtype="float32")
+                        for key, value in weights.items()}
 
     def build(self, optimizer: keras.optimizers.Optimizer, variables: list[Any]) -> None:
         unmatched = [key for key in self.weights if not any(key in _path(v) for v in variables)]
@@ -358,8 +408,9 @@ class _Wrapper(keras.optimizers.Optimizer):
     """
 
     def __init__(self, optimizer: keras.optimizers.Optimizer, name: str | None = None) -> None:
-        if not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise TypeError(f"optimizer: expected a keras.optimizers.Optimizer, got {describe(optimizer)}")
+        check_instance(optimizer, "optimizer", keras.optimizers.Optimizer, "a keras.optimizers.Optimizer")
+        if name is not None:
+            check_str(name, "name", "a non-empty str or None")
         super().__init__(learning_rate=0.0, name=name)
         self.inner_optimizer = optimizer
 
@@ -462,14 +513,13 @@ class TransformGradients(_Wrapper):
         record_update_norms: bool = False,
         name: str | None = None,
     ) -> None:
+        transforms = check_sequence(
+            transforms, "transforms", "a list or tuple of GradientTransform", min_length=0,
+            item=lambda transform, name: check_instance(transform, name, GradientTransform, "a GradientTransform"))
+        record_update_norms = check_bool(record_update_norms, "record_update_norms")
         super().__init__(optimizer, name=name)
-        if isinstance(transforms, GradientTransform) or not isinstance(transforms, Sequence):
-            raise TypeError(f"transforms: expected a sequence of GradientTransform, got {describe(transforms)}")
-        for transform in transforms:
-            if not isinstance(transform, GradientTransform):
-                raise TypeError(f"transforms: expected GradientTransform instances, got {describe(transform)}")
-        self._transforms = tuple(transforms)  # a tuple: the tracker leaves it alone
-        self.record_update_norms = check_bool(record_update_norms, "record_update_norms")
+        self._transforms = transforms  # a tuple: the tracker leaves it alone
+        self.record_update_norms = record_update_norms
 
     @property
     def transforms(self) -> tuple[GradientTransform, ...]:
@@ -553,8 +603,8 @@ class Lookahead(_Wrapper):
     def __init__(self, optimizer: keras.optimizers.Optimizer, sync_period: int = 5,
                  slow_step_size: float = 0.5, name: str | None = None) -> None:
         super().__init__(optimizer, name=name)
-        self.sync_period = check_int(sync_period, "sync_period", minimum=1)
-        self.slow_step_size = _check_fraction(slow_step_size, "slow_step_size", closed_at_one=True, positive=True)
+        self.sync_period = check_int(sync_period, "sync_period", minimum=1, maximum=MAX_STEP)
+        self.slow_step_size = check_fraction(slow_step_size, "slow_step_size", above_zero=True)
 
     def _build_own(self, variables: list[Any]) -> None:
         # An initializer, not an assign after creation: Keras may create the variables lazily
@@ -592,13 +642,18 @@ class UpdateNormLogger(keras.callbacks.Callback):
 
     Args:
         optimizer: A :class:`TransformGradients` made with ``record_update_norms=True``.
+
+    Raises:
+        TypeError: If ``optimizer`` is not a :class:`TransformGradients`.
+        ValueError: If it does not record update norms.
     """
 
     def __init__(self, optimizer: TransformGradients) -> None:
         super().__init__()
-        if not (isinstance(optimizer, TransformGradients) and optimizer.record_update_norms):
-            raise TypeError(f"optimizer: expected a TransformGradients with record_update_norms=True, "
-                            f"got {describe(optimizer)}")
+        what = "a TransformGradients with record_update_norms=True"
+        check_instance(optimizer, "optimizer", TransformGradients, what)
+        if not optimizer.record_update_norms:
+            raise ValueError(f"optimizer: expected {what}, got one with record_update_norms=False")
         self.recorder = optimizer
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
@@ -606,28 +661,84 @@ class UpdateNormLogger(keras.callbacks.Callback):
             logs.update({f"update_norm/{path}": norm for path, norm in self.recorder.update_norms().items()})
 
 
-def polynomial_sparsity(step: int, *, target_sparsity: float, begin_step: int, end_step: int,
-                        initial_sparsity: float = 0.0, power: float = 3.0) -> float:
+def polynomial_sparsity(step: Any, *, target_sparsity: float, begin_step: int, end_step: int,
+                        initial_sparsity: float = 0.0, power: float = 3.0) -> Any:
     """The sparsity schedule of Zhu & Gupta (2017): fast at first, levelling off at the target.
 
     ``s(t) = target + (initial - target) * (1 - (t - begin) / (end - begin)) ** power`` for
     ``begin <= t <= end``; ``initial`` before, ``target`` after.
+
+    Args:
+        step: The step ``t``: an int >= 0, or an integer tensor or variable (an optimizer's
+            ``iterations``, inside ``tf.function`` too), which gives a float32 tensor.
+        target_sparsity: The sparsity reached at ``end_step``, in [0, 1).
+        begin_step: The step the schedule starts rising (>= 0).
+        end_step: The step it reaches the target (> ``begin_step``).
+        initial_sparsity: The sparsity up to ``begin_step``, in [0, 1).
+        power: The exponent (> 0; 3 in the paper).
+
+    Returns:
+        The sparsity at ``step``: a float, or a float32 tensor for a tensor ``step``.
+
+    Raises:
+        TypeError: If an argument is not a number (an int for the steps).
+        ValueError: If a number is NaN, infinite or out of its range.
 
     Example:
         >>> [round(polynomial_sparsity(t, target_sparsity=0.8, begin_step=0, end_step=10), 3)
         ...  for t in (0, 5, 10, 20)]
         [0.0, 0.7, 0.8, 0.8]
     """
-    progress = min(max((step - begin_step) / max(end_step - begin_step, 1), 0.0), 1.0)
-    return target_sparsity + (initial_sparsity - target_sparsity) * (1.0 - progress) ** power
+    target = check_fraction(target_sparsity, "target_sparsity", below_one=True)
+    initial = check_fraction(initial_sparsity, "initial_sparsity", below_one=True)
+    begin = check_int(begin_step, "begin_step", minimum=0, maximum=MAX_STEP - 1)
+    span = check_int(end_step, "end_step", minimum=begin + 1, maximum=MAX_STEP) - begin
+    power = check_real(power, "power", above=0, maximum=FLOAT32_MAX)
+    if ops.is_tensor(step):
+        progress = ops.clip((ops.cast(step, "float32") - begin) / span, 0.0, 1.0)
+    else:
+        progress = min(max((check_int(step, "step", minimum=0, maximum=MAX_STEP) - begin) / span, 0.0), 1.0)
+    return target + (initial - target) * (1.0 - progress) ** power
+
+
+def _weights_array(value: Any, name: str) -> np.ndarray:
+    """``value`` (an array, tensor or variable) as a NumPy array of numbers or bools."""
+    what = "an array, tensor or variable of numbers"
+    try:
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    except ValueError as error:  # a ragged nested list
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}") from error
+    if array.dtype.kind not in "biuf":  # str, bytes, None, a dict
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
+    return array
 
 
 def sparsity(variables: Any) -> float:
-    """The fraction of exact zeros over ``variables`` (a list, or a model: its ``kernel`` weights)."""
-    if isinstance(variables, keras.Model):
-        variables = [v for v in variables.weights if _matches(v, ("kernel",))]
-    values = [np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in variables]
-    return float(sum((a == 0).sum() for a in values) / max(sum(a.size for a in values), 1))
+    """The fraction of exact zeros in ``variables``.
+
+    Args:
+        variables: A layer or model (its kernels: the weights whose own name contains
+            ``kernel``), one array, tensor or variable, or a list or tuple of them.
+
+    Raises:
+        TypeError: If ``variables`` is none of these (a str, a dict, ``None`` inside a list).
+        ValueError: If it holds no weights at all (an empty list, a model without kernels).
+
+    Example:
+        >>> sparsity([np.array([0.0, 1.0]), keras.Variable([[0.0, 2.0], [3.0, 0.0]])])
+        0.5
+    """
+    what = "a layer, model, array or variable, or a list or tuple of them, with at least one weight"
+    if isinstance(variables, keras.layers.Layer):
+        arrays = [_weights_array(v, "variables") for v in variables.weights if _selects(v, ("kernel",))]
+    elif isinstance(variables, np.ndarray) or ops.is_tensor(variables):  # Keras and TF variables too
+        arrays = [_weights_array(variables, "variables")]
+    else:
+        arrays = check_sequence(variables, "variables", what, item=_weights_array)
+    size = sum(array.size for array in arrays)
+    if size == 0:
+        raise ValueError(f"variables: expected {what}, got {describe(variables)}")
+    return float(sum(np.count_nonzero(array == 0) for array in arrays) / size)
 
 
 class MagnitudePruning(keras.callbacks.Callback):
@@ -649,11 +760,15 @@ class MagnitudePruning(keras.callbacks.Callback):
         begin_step: First batch at which to prune (>= 0).
         end_step: Batch at which the target is reached (> begin_step).
         frequency: Batches between mask updates (>= 1).
-        include: Substrings of the paths of the variables to prune (default: kernels).
+        include: Which variables to prune: a word without ``/`` is part of a variable's own name
+            (the default ``kernel`` selects ``kernel``, ``recurrent_kernel``, ... and never the
+            bias of a layer named ``kernel_net``); a word with ``/`` is part of its path
+            (``dense_1/kernel``).
 
     Raises:
-        ValueError: If ``target_sparsity`` is outside [0, 1) or the steps are out of order; at
-            the start of training, if no variable matches ``include``.
+        TypeError: If an argument has the wrong type (``include`` a str instead of a list).
+        ValueError: If ``target_sparsity`` is outside [0, 1), the steps are out of order or a
+            word of ``include`` is empty; at the start of training, if no variable matches ``include``.
 
     Example:
         >>> keras.utils.set_random_seed(0)
@@ -669,17 +784,18 @@ class MagnitudePruning(keras.callbacks.Callback):
     def __init__(self, target_sparsity: float, *, begin_step: int = 0, end_step: int = 1000,
                  frequency: int = 100, include: Sequence[str] = ("kernel",)) -> None:
         super().__init__()
-        self.target_sparsity = _check_fraction(target_sparsity, "target_sparsity")
+        self.target_sparsity = check_fraction(target_sparsity, "target_sparsity", below_one=True)
         self.begin_step = check_int(begin_step, "begin_step", minimum=0)
         self.end_step = check_int(end_step, "end_step", minimum=self.begin_step + 1)
         self.frequency = check_int(frequency, "frequency", minimum=1)
-        self.include = _check_words(include, "include")
+        self.include = _check_words(include, "include", min_length=1)
         self.step, self.masks = 0, {}
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self.pruned = [v for v in self.model.trainable_weights if _matches(v, self.include)]
+        self.pruned = [v for v in self.model.trainable_weights if _selects(v, self.include)]
         if not self.pruned:
-            raise ValueError(f"include: expected substrings of the model's variable paths, got {self.include}")
+            raise ValueError(f"include: expected parts of the names or paths of the model's variables,"
+                             f" got {describe(self.include)}")
         self._apply_masks()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
