@@ -11,9 +11,15 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from companion._checks import check_int
+from companion._checks import (check_bool, check_instance, check_int, check_real, check_seed, check_sequence,
+                               describe)
+
+#: The most logical CPU devices ``split_cpu`` makes (replicas for ``tf.distribute`` tests, not cores).
+MAX_CPU_DEVICES = 256
+#: The longest ``run_python`` waits for its child: one week, in seconds.
+MAX_TIMEOUT = 7 * 24 * 3600.0
 
 
 def in_colab() -> bool:
@@ -61,18 +67,18 @@ def split_cpu(devices: int = 2) -> list[str]:
     again with the same number is harmless.
 
     Args:
-        devices: Number of logical CPU devices (an int >= 1).
+        devices: Number of logical CPU devices (an int from 1 to ``MAX_CPU_DEVICES``).
 
     Returns:
         The logical CPU device names, e.g. ``["/device:CPU:0", "/device:CPU:1"]``.
 
     Raises:
         TypeError: If ``devices`` is not an int.
-        ValueError: If ``devices < 1``.
+        ValueError: If ``devices`` is below 1 or above ``MAX_CPU_DEVICES``.
         RuntimeError: If TensorFlow has already started with another number of CPU devices
             (restart the kernel and call it earlier).
     """
-    devices = check_int(devices, "devices", minimum=1)
+    devices = check_int(devices, "devices", minimum=1, maximum=MAX_CPU_DEVICES)
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -98,16 +104,16 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
     process started by the notebook can use the GPU too.
 
     Args:
-        seed: Non-negative integer seed for ``random``, NumPy and TensorFlow.
-        verbose: Print the versions, the device and whether this is Colab.
+        seed: Integer seed for ``random``, NumPy and TensorFlow, from 0 to ``2**32 - 1``.
+        verbose: Print the versions, the device and whether this is Colab (a bool).
 
     Returns:
         A dict with keys ``tensorflow``, ``keras``, ``python``, ``device``, ``colab``, ``seed``
         and ``gpu_memory_growth`` (the GPUs set to grow their memory).
 
     Raises:
-        TypeError: If ``seed`` is not an int.
-        ValueError: If ``seed`` is negative.
+        TypeError: If ``seed`` is not an int or ``verbose`` not a bool.
+        ValueError: If ``seed`` is negative or above ``2**32 - 1``.
 
     Example:
         >>> from companion.notebook import setup
@@ -115,7 +121,8 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
         >>> info["seed"]
         0
     """
-    seed = check_int(seed, "seed", minimum=0)
+    seed = check_seed(seed)
+    verbose = check_bool(verbose, "verbose")
 
     # Must be set before TensorFlow's C++ runtime loads to silence its start-up chatter.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -141,18 +148,22 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
     return info
 
 
-def format_table(rows: Iterable[Sequence[object]], headers: Sequence[str]) -> str:
+def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:
     """Format rows as a fixed-width text table (deterministic, so nbval can check it).
 
     Args:
-        rows: Sequences with one value per header. Floats are shown with 4 significant digits.
-        headers: Column titles.
+        rows: A list or tuple (or 2-D array) of rows, each a list, tuple or array with one value
+            per header; none at all gives the header alone. Floats are shown with 4 significant
+            digits.
+        headers: Column titles: a non-empty list or tuple of str.
 
     Returns:
         The table as a string, header and a rule line first.
 
     Raises:
-        ValueError: If a row's length differs from the number of headers.
+        TypeError: If ``rows``, a row or ``headers`` is not a list or tuple (a str, a dict, a
+            generator ...), or a header is not a str.
+        ValueError: If ``headers`` is empty or a row's length differs from the number of headers.
 
     Example:
         >>> print(format_table([("kernel", (3, 2))], ["name", "shape"]))
@@ -160,18 +171,24 @@ def format_table(rows: Iterable[Sequence[object]], headers: Sequence[str]) -> st
         ------  ------
         kernel  (3, 2)
     """
-    cells = [[str(h) for h in headers]]
-    for index, row in enumerate(rows):
-        row = list(row)
-        if len(row) != len(headers):
-            raise ValueError(
-                f"rows[{index}]: expected {len(headers)} values (one per header), got {len(row)}"
-            )
-        cells.append([f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
+    headers = check_sequence(headers, "headers", "a non-empty list or tuple of str",
+                             item=lambda header, name: check_instance(header, name, str, "a str"))
+    rows = check_sequence(rows, "rows", "a list or tuple of rows", min_length=0,
+                          item=lambda row, name: _check_row(row, name, len(headers)))
+    cells = [list(headers)] + [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _check_row(row: object, name: str, length: int) -> tuple[object, ...]:
+    """``row`` as a tuple of ``length`` values (one per header)."""
+    what = f"a list or tuple of {length} values (one per header)"
+    values = check_sequence(row, name, what, min_length=0)
+    if len(values) != length:
+        raise ValueError(f"{name}: expected {what}, got {describe(row)}")
+    return values
 
 
 #: Terminal colour and style codes, which Keras puts in some messages and in ``summary()``.
@@ -181,11 +198,14 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 def strip_ansi(text: str) -> str:
     r"""Remove terminal colour codes (``\x1b[1m`` ...) so text reads the same everywhere.
 
+    Raises:
+        TypeError: If ``text`` is not a str.
+
     Example:
         >>> strip_ansi("\x1b[1mModel\x1b[0m summary")
         'Model summary'
     """
-    return ANSI_ESCAPE.sub("", text)
+    return ANSI_ESCAPE.sub("", check_instance(text, "text", str, "a str"))
 
 
 def describe_error(error: BaseException, lines: int = 1) -> str:
@@ -195,10 +215,15 @@ def describe_error(error: BaseException, lines: int = 1) -> str:
         error: The exception (usually the one caught by ``except ... as error``).
         lines: How many non-blank lines of its message to keep (joined by an indented newline).
 
+    Raises:
+        TypeError: If ``error`` is not an exception or ``lines`` not an int.
+        ValueError: If ``lines < 1``.
+
     Example:
         >>> describe_error(ValueError("\x1b[1mbad\x1b[0m width\n\nmore detail"))
         'ValueError: bad width'
     """
+    check_instance(error, "error", BaseException, "an exception")
     lines = check_int(lines, "lines", minimum=1)
     kept = [line.strip() for line in strip_ansi(str(error)).splitlines() if line.strip()][:lines]
     return f"{type(error).__name__}: " + "\n    ".join(kept)
@@ -216,22 +241,37 @@ def run_python(
 
     Args:
         code: Python source to run with ``python -c``.
-        timeout: Seconds before the child is killed (``subprocess.TimeoutExpired``).
-        env: Extra environment variables for the child, on top of this process's.
+        timeout: Seconds before the child is killed (``subprocess.TimeoutExpired``): a finite
+            number > 0, at most ``MAX_TIMEOUT`` (a week).
+        env: Extra environment variables for the child, on top of this process's: a mapping
+            of str to str, or None.
 
     Returns:
         The ``subprocess.CompletedProcess`` with ``returncode``, ``stdout`` and ``stderr`` as text.
 
     Raises:
-        TypeError: If ``code`` is not a string.
+        TypeError: If ``code`` is not a str, ``timeout`` not a number or ``env`` not a mapping
+            of str to str.
+        ValueError: If ``timeout`` is not > 0, NaN, infinite or above ``MAX_TIMEOUT``.
 
     Example:
         >>> run_python("print(6 * 7)").stdout
         '42\n'
     """
-    if not isinstance(code, str):
-        raise TypeError(f"code: expected Python source as a str, got {type(code).__name__}")
-    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
+    check_instance(code, "code", str, "Python source as a str")
+    timeout = check_real(timeout, "timeout", above=0, maximum=MAX_TIMEOUT)
+    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **_check_env(env)}
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=child_env
     )
+
+
+def _check_env(env: object) -> dict[str, str]:
+    """``env`` (None or a mapping of str to str) as a dict; ``{}`` for None."""
+    if env is None:
+        return {}
+    check_instance(env, "env", Mapping, "a mapping of str to str or None")
+    for key, value in env.items():
+        check_instance(key, f"env[{key!r}]", str, "a str name")
+        check_instance(value, f"env[{key!r}]", str, "a str value")
+    return dict(env)

@@ -47,14 +47,52 @@ def test_setup_rejects_bad_seed(seed, error):
         setup(seed)
 
 
+def test_setup_refuses_a_seed_above_32_bits_with_its_own_message():
+    assert setup(2**32 - 1, verbose=False)["seed"] == 2**32 - 1
+    with pytest.raises(ValueError, match=r"^seed: expected an int >= 0 and <= 4294967295, got int 1000000000000$"):
+        setup(10**12)
+
+
+@pytest.mark.parametrize("verbose", ["no", 0, None])
+def test_setup_verbose_is_a_bool(verbose, capsys):
+    with pytest.raises(TypeError, match=rf"^verbose: expected a bool, got {type(verbose).__name__} "):
+        setup(0, verbose=verbose)
+    assert capsys.readouterr().out == ""  # refused before anything was printed
+
+
 def test_format_table_aligns_columns_and_rounds_floats():
     table = format_table([("a", 1.23456789), ("longer", 2)], ["name", "value"])
     assert table.splitlines() == ["name    value", "------  -----", "a       1.235", "longer  2"]
 
 
 def test_format_table_rejects_ragged_rows():
-    with pytest.raises(ValueError, match=r"rows\[1\]: expected 2 values"):
+    with pytest.raises(ValueError, match=r"^rows\[1\]: expected a list or tuple of 2 values \(one per header\), "
+                                         r"got tuple \(3,\)$"):
         format_table([(1, 2), (3,)], ["a", "b"])
+
+
+def test_format_table_takes_no_rows_and_array_rows():
+    assert format_table([], ["a", "b"]).splitlines() == ["a  b", "-  -"]
+    assert format_table(np.array([[1, 2]]), ["a", "b"]).splitlines()[2] == "1  2"
+
+
+@pytest.mark.parametrize(
+    "rows, headers, error, match",
+    [
+        (None, ["a"], TypeError, r"^rows: expected a list or tuple of rows, got NoneType None$"),
+        ({"x": 1}, ["a"], TypeError, r"^rows: expected a list or tuple of rows, got dict "),
+        ((row for row in [("x",)]), ["a"], TypeError, r"^rows: expected a list or tuple of rows, got generator "),
+        ([None], ["a"], TypeError, r"^rows\[0\]: expected a list or tuple of 1 values \(one per header\), got NoneType"),
+        (["ab"], ["a", "b"], TypeError, r"^rows\[0\]: expected a list or tuple of 2 values .*got str 'ab'$"),
+        ([("x", 1)], None, TypeError, r"^headers: expected a non-empty list or tuple of str, got NoneType None$"),
+        ([("x", 1)], "ab", TypeError, r"^headers: expected a non-empty list or tuple of str, got str 'ab'$"),
+        ([], [], ValueError, r"^headers: expected a non-empty list or tuple of str, got list \[\]$"),
+        ([("x", 1)], ["a", 2], TypeError, r"^headers\[1\]: expected a str, got int 2$"),
+    ],
+)
+def test_format_table_rejects_what_is_not_a_table(rows, headers, error, match):
+    with pytest.raises(error, match=match):
+        format_table(rows, headers)
 
 
 # --- GPU runtime: memory growth, checked without a GPU -----------------------------------------
@@ -114,6 +152,18 @@ def test_strip_ansi_and_describe_error_remove_keras_colour_codes():
         describe_error(KeyError("x"), lines=0)
 
 
+def test_strip_ansi_and_describe_error_reject_what_is_not_text_or_an_error():
+    from companion.notebook import describe_error, strip_ansi
+
+    assert strip_ansi("") == ""
+    with pytest.raises(TypeError, match=r"^text: expected a str, got NoneType None$"):
+        strip_ansi(None)
+    with pytest.raises(TypeError, match=r"^text: expected a str, got bytes b'\\x1b\[1m'$"):
+        strip_ansi(b"\x1b[1m")
+    with pytest.raises(TypeError, match=r"^error: expected an exception, got str 'boom'$"):
+        describe_error("boom")
+
+
 def test_run_python_uses_a_fresh_interpreter_without_this_process_state(tmp_path):
     from companion.notebook import run_python
 
@@ -125,8 +175,37 @@ def test_run_python_uses_a_fresh_interpreter_without_this_process_state(tmp_path
     failing = run_python("raise SystemExit('boom')")
     assert failing.returncode == 1 and "boom" in failing.stderr
     assert run_python("import os; print(os.environ['EXTRA'])", env={"EXTRA": "yes"}).stdout == "yes\n"
-    with pytest.raises(TypeError, match="^code: expected Python source"):
+    with pytest.raises(TypeError, match=r"^code: expected Python source as a str, got list \['print\(1\)'\]$"):
         run_python(["print(1)"])
+
+
+@pytest.mark.parametrize(
+    "timeout, error",
+    [(float("nan"), ValueError), (float("inf"), ValueError), (0, ValueError), (-1, ValueError),
+     (10**12, ValueError), (None, TypeError), ("10", TypeError)],
+)
+def test_run_python_timeout_is_a_positive_finite_number_of_seconds(timeout, error):
+    from companion.notebook import run_python
+
+    with pytest.raises(error, match=r"^timeout: expected a finite number > 0 and <= 604800, got "):
+        run_python("print(1)", timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "env, error, match",
+    [
+        ("A=1", TypeError, r"^env: expected a mapping of str to str or None, got str 'A=1'$"),
+        ([("A", "1")], TypeError, r"^env: expected a mapping of str to str or None, got list "),
+        ({"A": 1}, TypeError, r"^env\['A'\]: expected a str value, got int 1$"),
+        ({"A": None}, TypeError, r"^env\['A'\]: expected a str value, got NoneType None$"),
+        ({1: "x"}, TypeError, r"^env\[1\]: expected a str name, got int 1$"),
+    ],
+)
+def test_run_python_env_is_a_mapping_of_str_to_str(env, error, match):
+    from companion.notebook import run_python
+
+    with pytest.raises(error, match=match):
+        run_python("print(1)", env=env)
 
 
 def test_split_cpu_gives_mirrored_strategy_two_replicas_in_a_fresh_process():
@@ -157,3 +236,10 @@ def test_split_cpu_rejects_bad_counts():
         split_cpu(0)
     with pytest.raises(TypeError, match="^devices: expected an int >= 1"):
         split_cpu(2.0)
+
+
+def test_split_cpu_refuses_a_huge_count_before_asking_tensorflow():
+    from companion.notebook import split_cpu
+
+    with pytest.raises(ValueError, match=r"^devices: expected an int >= 1 and <= 256, got int 1000000000000$"):
+        split_cpu(10**12)
