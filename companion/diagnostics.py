@@ -25,11 +25,13 @@ import functools
 import importlib
 import inspect
 import json
+import math
 import os
 import pickle
 import re
 import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,7 +41,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import check_bool, check_real, describe
+from companion._checks import check_bool, check_callable, check_instance, check_real, describe
 from companion.notebook import run_python, strip_ansi
 
 __all__ = [
@@ -115,9 +117,63 @@ def _has_nonfinite(structure: Any) -> bool:
 
 
 def _check_layer(value: Any, name: str) -> keras.layers.Layer:
-    if not isinstance(value, keras.layers.Layer):
-        raise TypeError(f"{name}: expected a Keras layer or model, got {describe(value)}")
-    return value
+    return check_instance(value, name, keras.layers.Layer, "a Keras layer or model")
+
+
+def _describe_input(value: Any) -> str:
+    """``"ndarray of shape (2, 3) and dtype float32"`` for an array or tensor (also in a dict);
+    else ``describe`` on one line."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        dtype = getattr(value.dtype, "name", value.dtype)
+        return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {dtype}"
+    if isinstance(value, dict):
+        return "dict {" + ", ".join(f"{key!r}: {_describe_input(item)}" for key, item in value.items()) + "}"
+    return " ".join(describe(value).split())
+
+
+def _as_arrays(value: Any, name: str, *, numbers: bool = True) -> Any:
+    """``value`` (an array or tensor, or a list, tuple or dict of them) with NumPy arrays as leaves.
+
+    Raises:
+        TypeError: If a leaf is no array (of numbers, when ``numbers``).
+        ValueError: If ``value`` holds no array at all (an empty list or dict).
+    """
+    what = "an array, or a list, tuple or dict of arrays" + (" of numbers" if numbers else "")
+    try:
+        arrays = tf.nest.map_structure(np.asarray, value)
+    except (TypeError, ValueError) as error:  # ragged lists, objects NumPy cannot hold
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}") from error
+    leaves = tf.nest.flatten(arrays)
+    if not leaves:
+        raise ValueError(f"{name}: expected {what}, got {describe(value)}")
+    if any(leaf.dtype.kind not in ("biuf" if numbers else "biufcSU") for leaf in leaves):
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
+    return arrays
+
+
+def _finite_arrays(value: Any, name: str) -> list[np.ndarray]:
+    """The leaves of ``value`` as arrays of finite numbers (NaN or Inf in them is no layer's fault)."""
+    leaves = tf.nest.flatten(_as_arrays(value, name))
+    if any(not np.isfinite(leaf).all() for leaf in leaves):
+        raise ValueError(f"{name}: expected finite values, got NaN or Inf: no layer is to blame; "
+                         "clean the data (e.g. tf.debugging.assert_all_finite in the input pipeline)")
+    return leaves
+
+
+@contextlib.contextmanager
+def _blaming(name: str, what: str, value: Any) -> Iterator[None]:
+    """Within the block, an error means that ``value`` does not fit: a ValueError naming ``name``."""
+    try:
+        yield
+    except Exception as error:  # whatever the call raises tells why this value does not fit
+        raise ValueError(f"{name}: expected {what}, got {_describe_input(value)}; "
+                         f"the call raised {_error_text(error)}") from error
+
+
+def _call_on(obj: Any, value: Any, name: str, **kwargs: Any) -> Any:
+    """``obj(value, **kwargs)``; if the call fails, ``value`` does not fit ``obj``: ValueError naming ``name``."""
+    with _blaming(name, f"an input {_subject(obj)} accepts", value):
+        return obj(value, **kwargs)
 
 
 # ---------------------------------------------------------------- check_roundtrip
@@ -169,25 +225,22 @@ def _custom_objects(obj: Any) -> list[Any]:
     return found
 
 
-def _nonjson_path(value: Any, path: str) -> str | None:
-    """The path of the first value in a config that ``json.dumps`` cannot write, or None."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _nonjson_path(item, f"{path}[{key!r}]")
-            if found:
-                return found
-        return None
-    if isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            found = _nonjson_path(item, f"{path}[{index}]")
-            if found:
-                return found
-        return None
+def _nonjson_path(value: Any, path: str, ancestors: dict[int, str] | None = None) -> str | None:
+    """Where and why ``json.dumps`` cannot write a config (the first such value), or None."""
+    ancestors = ancestors or {}
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in ancestors:
+            return f"{path} refers back to {ancestors[id(value)]} (a cycle)"
+        inner = {**ancestors, id(value): path}
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        return next(filter(None, (_nonjson_path(item, f"{path}[{key!r}]", inner) for key, item in items)), None)
     try:
         json.dumps(value)
     except (TypeError, ValueError):
+        if isinstance(value, (np.ndarray, np.generic)):
+            return f"{path} holds a {type(value).__name__} object; store a list (array.tolist()) instead"
         what = f"the function {value.__name__}" if inspect.isroutine(value) else f"a {type(value).__name__} object"
-        return f"{path} holds {what}"
+        return f"{path} holds {what}; store a name or keras.saving.serialize_keras_object(...) of it instead"
     return None
 
 
@@ -200,12 +253,11 @@ def _config_problems(item: Any) -> list[str]:
     cls = type(item).__name__
     try:
         config = item.get_config()
-    except NotImplementedError as error:
+    except Exception as error:  # whatever the user's get_config raises is the finding
         return [f"{cls}.get_config() raised {_error_text(error)}"]
     bad = _nonjson_path(config, "config")
     if bad:
-        return [f"{cls}.get_config() is not JSON: {bad}; store a name or "
-                f"keras.saving.serialize_keras_object(...) of it instead"]
+        return [f"{cls}.get_config() is not JSON: {bad}"]
     problems, unstored = [], []
     if not _is_keras_module(_defining_module(type(item), "get_config")):  # written by the user
         for name, parameter in _constructor_arguments(type(item)):
@@ -399,24 +451,41 @@ def _weight_problems(before: list[tuple[str, np.ndarray]], after: list[tuple[str
     for (path, old), (_, new) in zip(before, after):
         if old.shape != new.shape:
             problems.append(f"weight {path!r}: shape {old.shape} before saving, {new.shape} after loading")
-        elif old.size and np.max(np.abs(old.astype(np.float64) - new.astype(np.float64))) > atol:
-            gap = np.max(np.abs(old.astype(np.float64) - new.astype(np.float64)))
-            problems.append(f"weight {path!r} differs after loading (max |difference| {gap:.3g})")
+        elif _gap(old, new) > atol:
+            problems.append(f"weight {path!r} differs after loading ({_gap_text(_gap(old, new), atol)})")
     return problems
+
+
+def _gap(old: np.ndarray, new: np.ndarray) -> float:
+    """The largest ``|old - new|`` where both are finite; ``inf`` if NaN or Inf are not in the same places."""
+    if old.dtype.kind not in "biuf" or new.dtype.kind not in "biuf":
+        return 0.0 if np.array_equal(old, new) else math.inf
+    old, new = old.astype(np.float64), new.astype(np.float64)
+    finite = np.isfinite(old) & np.isfinite(new)
+    if not np.array_equal(old[~finite], new[~finite], equal_nan=True):
+        return math.inf
+    return float(np.max(np.abs(old[finite] - new[finite]), initial=0.0))
+
+
+def _gap_text(gap: float, atol: float) -> str:
+    if math.isinf(gap):
+        return "NaN, Inf or values in other places"
+    return f"max |difference| {gap:.3g} > atol {atol:g}"
 
 
 def _output_problems(before: list[np.ndarray], after: list[np.ndarray], atol: float) -> list[str]:
     if len(before) != len(after) or any(a.shape != b.shape for a, b in zip(before, after)):
         return [f"outputs: shapes {[a.shape for a in before]} before saving, {[b.shape for b in after]} after loading"]
-    gap = max((float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) for a, b in zip(before, after)
-               if a.size), default=0.0)
-    if not gap <= atol:  # also true for NaN
-        return [f"outputs on sample_input differ after loading (max |difference| {gap:.3g} > atol {atol:g})"]
+    gap = max((_gap(a, b) for a, b in zip(before, after)), default=0.0)
+    if gap > atol:
+        return [f"outputs on sample_input differ after loading ({_gap_text(gap, atol)})"]
     return []
 
 
 def _subject(obj: Any) -> str:
-    return f"{type(obj).__name__} {getattr(obj, 'name', '')!r}"
+    """``"Dense 'dense'"``: the object's class and, if it has one, its name."""
+    name = getattr(obj, "name", None)
+    return type(obj).__name__ if name is None else f"{type(obj).__name__} {name!r}"
 
 
 def check_roundtrip(
@@ -459,9 +528,10 @@ def check_roundtrip(
         ``print(report)`` shows all of it.
 
     Raises:
-        TypeError: If ``obj`` is not a Keras layer, model or optimizer, or ``fresh_process``
-            is not a bool.
-        ValueError: If ``sample_input`` is given for an optimizer, or ``atol`` is negative.
+        TypeError: If ``obj`` is not a Keras layer, model or optimizer, ``fresh_process`` is not
+            a bool, or ``sample_input`` holds something other than arrays.
+        ValueError: If ``sample_input`` is given for an optimizer or ``obj`` cannot be called on
+            it, ``atol`` is negative or ``timeout`` not a positive number of seconds.
 
     Example:
         >>> import numpy as np
@@ -470,26 +540,25 @@ def check_roundtrip(
         >>> report.ok, report.problems
         (True, [])
     """
-    if not isinstance(obj, (keras.layers.Layer, keras.optimizers.Optimizer)):
-        raise TypeError(f"obj: expected a Keras layer, model or optimizer, got {describe(obj)}")
+    check_instance(obj, "obj", (keras.layers.Layer, keras.optimizers.Optimizer), "a Keras layer, model or optimizer")
     fresh_process = check_bool(fresh_process, "fresh_process")
     atol = check_real(atol, "atol", minimum=0)
-    timeout = check_real(timeout, "timeout", above=0)
+    timeout = check_real(timeout, "timeout", above=0, maximum=int(threading.TIMEOUT_MAX))
     if sample_input is not None and isinstance(obj, keras.optimizers.Optimizer):
-        raise ValueError(f"sample_input: expected None for an optimizer, got {type(sample_input).__name__}")
+        raise ValueError(f"sample_input: expected None for an optimizer, got {describe(sample_input)}")
+    expected = None
     if sample_input is not None:
-        sample_input = tf.nest.map_structure(np.asarray, sample_input)
+        sample_input = _as_arrays(sample_input, "sample_input", numbers=False)
+        expected = _to_numpy(_call_on(obj, sample_input, "sample_input"))
     report = RoundtripReport(_subject(obj), fresh_process)
-    expected = None if sample_input is None else _to_numpy(obj(sample_input))
 
     for item in _custom_objects(obj):
         report.problems.extend(_config_problems(item))
     try:
         serialized = json.loads(json.dumps(keras.saving.serialize_keras_object(obj)))
-    except (NotImplementedError, TypeError, ValueError) as error:
-        problem = f"the object cannot be serialized: {_error_text(error)}"
-        if not any(p.startswith(f"{type(obj).__name__}.get_config() raised") for p in report.problems):
-            report.problems.append(problem)  # unless its own get_config already said why
+    except Exception as error:  # a get_config that raises, a config that contains itself, ...
+        if not report.problems:  # unless a get_config's problem above already says why
+            report.problems.append(f"the object cannot be serialized: {_error_text(error)}")
         return report
     registration, modules = _registration(serialized, fresh_process)
     report.problems.extend(registration)
@@ -534,27 +603,28 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
         Problems, one sentence each; an empty list when the layer passes.
 
     Raises:
-        TypeError: If ``layer`` is not callable.
-        ValueError: If an input of ``sample_input`` has no batch dimension or a batch below 2.
+        TypeError: If ``layer`` is not callable, or ``sample_input`` holds something other than
+            arrays of numbers.
+        ValueError: If an input of ``sample_input`` has no batch dimension or a batch below 2,
+            or the layer cannot be called on it (eagerly: nothing to compare the trace with).
 
     Example:
         >>> import numpy as np
         >>> check_variable_batch(keras.layers.Dense(2), np.ones((3, 4), "float32"))
         []
     """
-    if not callable(layer):
-        raise TypeError(f"layer: expected a callable layer or model, got {describe(layer)}")
-    sample_input = tf.nest.map_structure(np.asarray, sample_input)
+    check_callable(layer, "layer", "a callable layer or model")
+    sample_input = _as_arrays(sample_input, "sample_input")
     for leaf in tf.nest.flatten(sample_input):
         if leaf.ndim < 1 or leaf.shape[0] < 2:
-            raise ValueError(f"sample_input: expected arrays with a batch of at least 2, got shape {leaf.shape}")
+            raise ValueError(f"sample_input: expected arrays with a batch of at least 2, got {_describe_input(leaf)}")
+    expected = _to_numpy(_call_on(layer, sample_input, "sample_input"))
     specs = tf.nest.map_structure(lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), sample_input)
     traced = tf.function(lambda inputs: layer(inputs), input_signature=[specs])
     try:
         concrete = traced.get_concrete_function()
     except Exception as error:  # whatever the layer raises while tracing is the finding
         return [f"tracing with batch size None failed: {_error_text(error)}"]
-    expected = _to_numpy(layer(sample_input))
     problems = []
     for rows in (None, 1):
         part = tf.nest.map_structure(lambda a: a[:rows], sample_input)
@@ -635,8 +705,10 @@ def first_nonfinite(model: keras.layers.Layer, inputs: Any, *, training: bool = 
         The layer's path (names joined by ``/``), or ``None`` if every output is finite.
 
     Raises:
-        TypeError: If ``model`` is not a Keras layer or model, or ``training`` not a bool.
-        ValueError: If ``inputs`` already contain NaN or Inf (no layer is to blame).
+        TypeError: If ``model`` is not a Keras layer or model, ``training`` not a bool, or
+            ``inputs`` holds something other than arrays of numbers.
+        ValueError: If ``inputs`` already contain NaN or Inf (no layer is to blame), or the
+            model cannot be called on them.
 
     Example:
         >>> import numpy as np
@@ -648,9 +720,7 @@ def first_nonfinite(model: keras.layers.Layer, inputs: Any, *, training: bool = 
     """
     model = _check_layer(model, "model")
     training = check_bool(training, "training")
-    if _has_nonfinite(inputs):
-        raise ValueError("inputs: expected finite values, got NaN or Inf: no layer is to blame; "
-                         "clean the data (e.g. tf.debugging.assert_all_finite in the input pipeline)")
+    _finite_arrays(inputs, "inputs")
     found: list[str] = []
 
     def entering(path: str, args: tuple) -> None:
@@ -662,7 +732,7 @@ def first_nonfinite(model: keras.layers.Layer, inputs: Any, *, training: bool = 
             found.append(path)
 
     with _watching_calls(list(_layer_paths(model).values()), entering, leaving):
-        output = model(inputs, training=training)
+        output = _call_on(model, inputs, "inputs", training=training)
     if found:
         return found[0]
     return model.name if _has_nonfinite(output) else None
@@ -672,17 +742,31 @@ def _gradients(model: keras.layers.Layer, inputs: Any, targets: Any, loss: Calla
                training: bool) -> list[tuple[str, Any]]:
     """(variable path, gradient or None) of a training step, output-side variables first."""
     model = _check_layer(model, "model")
-    if not callable(loss):
-        raise TypeError(f"loss: expected a callable loss(y_true, y_pred), got {describe(loss)}")
+    check_callable(loss, "loss", "a callable loss(y_true, y_pred)")
     training = check_bool(training, "training")
+    _finite_arrays(inputs, "inputs")
+    target_arrays = _finite_arrays(targets, "targets")
     with tf.GradientTape() as tape:
-        value = loss(targets, model(inputs, training=training))
+        output = _call_on(model, inputs, "inputs", training=training)
+        _check_batch(target_arrays, output)
+        with _blaming("targets", f"targets that loss accepts for the output ({_describe_input(output)})", targets):
+            value = loss(targets, output)
         if model.losses:
             value = value + tf.add_n(model.losses)
     variables = list(model.trainable_variables)  # after the call, which builds an unbuilt model
     gradients = tape.gradient(value, variables)
     pairs = [(v.path, None if g is None else tf.convert_to_tensor(g)) for v, g in zip(variables, gradients)]
     return pairs[::-1]
+
+
+def _check_batch(targets: list[np.ndarray], output: Any) -> None:
+    """Each target has the batch size of the model's output."""
+    first = tf.nest.flatten(output)[0]
+    batch = first.shape[0] if len(first.shape) else None
+    for leaf in targets:
+        if batch is not None and (leaf.ndim < 1 or leaf.shape[0] != batch):
+            raise ValueError(f"targets: expected arrays with the batch size of the model's output ({batch}), "
+                             f"got {_describe_input(leaf)}")
 
 
 def gradient_norms(
@@ -707,8 +791,12 @@ def gradient_norms(
         ``{variable path: norm}``; ``None`` for a variable the loss does not depend on.
 
     Raises:
-        TypeError: If ``model`` is not a Keras layer/model, ``loss`` is not callable or
-            ``training`` is not a bool.
+        TypeError: If ``model`` is not a Keras layer/model, ``loss`` is not callable,
+            ``training`` is not a bool, or ``inputs`` or ``targets`` hold something other than
+            arrays of numbers.
+        ValueError: If ``inputs`` or ``targets`` hold NaN or Inf (no layer is to blame), the
+            model cannot be called on ``inputs``, or ``targets`` do not fit its output (another
+            batch size, or ``loss`` fails on them).
 
     Example:
         >>> import numpy as np
@@ -786,8 +874,7 @@ class TraceCounter:
     """
 
     def __init__(self, fn: Callable[..., Any], **tf_function_kwargs: Any) -> None:
-        if not callable(fn):
-            raise TypeError(f"fn: expected a callable, got {describe(fn)}")
+        check_callable(fn, "fn")
         self.signatures: list[str] = []
         try:
             self._parameters: inspect.Signature | None = inspect.signature(fn)

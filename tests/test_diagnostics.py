@@ -1,4 +1,5 @@
 import os
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -210,10 +211,107 @@ def test_fresh_process_names_a_class_defined_in_main():
     assert in_process.ok  # this process has the class: only a fresh one shows the problem
 
 
+@keras.saving.register_keras_serializable(package="test_diag")
+class BrokenConfig(keras.layers.Identity):
+    def get_config(self):
+        raise RuntimeError("get_config is broken")
+
+
+@keras.saving.register_keras_serializable(package="test_diag")
+class SelfContainingConfig(keras.layers.Identity):
+    def get_config(self):
+        config = super().get_config()
+        config["itself"] = config
+        return config
+
+
+@keras.saving.register_keras_serializable(package="test_diag")
+class ArrayInConfig(keras.layers.Layer):
+    def __init__(self, scale=(1.0, 2.0, 3.0), **kwargs):
+        super().__init__(**kwargs)
+        self.scale = np.asarray(scale, "float32")
+
+    def call(self, inputs):
+        return inputs * self.scale
+
+    def get_config(self):
+        return super().get_config() | {"scale": self.scale}  # an array, not a list
+
+
+def _lambda_in_config_layer():
+    """A layer whose config serializes a lambda, defined where no source file exists (a notebook cell)."""
+    source = (
+        "@keras.saving.register_keras_serializable(package='test_diag')\n"
+        "class LambdaInConfig(keras.layers.Layer):\n"
+        "    def __init__(self, **kwargs):\n"
+        "        super().__init__(**kwargs)\n"
+        "        self.fn = lambda t: t * 2\n"
+        "    def call(self, inputs):\n"
+        "        return self.fn(inputs)\n"
+        "    def get_config(self):\n"
+        "        return super().get_config() | {'fn': keras.saving.serialize_keras_object(self.fn)}\n"
+    )
+    namespace = {"keras": keras, "__name__": "__main__"}
+    exec(compile(source, "<cell>", "exec"), namespace)
+    return namespace["LambdaInConfig"]()
+
+
+def test_a_get_config_raising_any_error_is_reported_not_raised():
+    report = check_roundtrip(BrokenConfig(), X, fresh_process=False)
+    assert report.problems == ["BrokenConfig.get_config() raised RuntimeError: get_config is broken"]
+
+
+def test_a_lambda_in_a_config_is_reported_not_raised():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras warns that a lambda is unsafe to serialize
+        report = check_roundtrip(_lambda_in_config_layer(), X, fresh_process=False)
+    assert report.problems and report.problems[0].startswith("LambdaInConfig.get_config() raised OSError")
+
+
+def test_a_config_that_contains_itself_is_reported_not_raised():
+    report = check_roundtrip(SelfContainingConfig(), X, fresh_process=False)
+    assert report.problems == ["SelfContainingConfig.get_config() is not JSON: config['itself'] refers back to "
+                               "config (a cycle)"]
+
+
+def test_an_array_in_a_config_is_named_once_without_a_numpy_marker():
+    report = check_roundtrip(ArrayInConfig(), X, fresh_process=False)
+    assert report.problems[0] == ("ArrayInConfig.get_config() is not JSON: config['scale'] holds a ndarray object; "
+                                  "store a list (array.tolist()) instead")
+    assert not any("__numpy__" in p for p in report.problems)
+
+
+def test_nan_in_a_valid_sample_input_is_no_problem():
+    sample = X.copy()
+    sample[0, 0] = np.nan  # NaN in, NaN out in the same places: the reloaded layer agrees
+    assert check_roundtrip(keras.layers.Dense(2), sample, fresh_process=False).ok
+    changed = AutoConfigScale(2.0)
+    changed.factor = 5.0
+    problems = check_roundtrip(changed, sample, fresh_process=False).problems
+    assert len(problems) == 1 and problems[0].startswith("outputs on sample_input differ after loading")
+
+
+def _named_inputs_model():
+    inputs = keras.Input((3,), name="a")
+    return keras.Model({"a": inputs}, keras.layers.Dense(2)(inputs))
+
+
+@pytest.mark.parametrize("obj, sample_input", [
+    (_named_inputs_model(), {"b": X}),  # a dict with the wrong key
+    (keras.layers.Dense(2), {"x": X}),  # a dict for a layer of one input
+    (_named_inputs_model(), np.ones((2, 4), "float32")),  # the wrong width
+    (keras.layers.Dense(2), "abc"),
+])
+def test_a_sample_input_the_object_cannot_take_is_named(obj, sample_input):
+    with pytest.raises(ValueError, match=r"^sample_input: expected an input .* accepts, got .*; the call raised"):
+        check_roundtrip(obj, sample_input, fresh_process=False)
+
+
 @pytest.mark.parametrize(
     "args, kwargs, error, message",
     [
         ((3,), {}, TypeError, "obj: expected a Keras layer, model or optimizer, got int 3"),
+        ((CustomDense(2),), {"timeout": 1e300}, ValueError, "timeout: expected a finite number > 0 and <="),
         ((CustomDense(2),), {"fresh_process": "yes"}, TypeError, "fresh_process: expected a bool, got str 'yes'"),
         ((keras.optimizers.SGD(), X), {}, ValueError, "sample_input: expected None for an optimizer"),
         ((CustomDense(2),), {"atol": -1.0}, ValueError, "atol: expected a finite number >= 0, got float -1.0"),
@@ -404,7 +502,26 @@ def test_check_variable_batch_flags_static_batch_size_and_passes_the_fix():
 
 
 def test_check_variable_batch_bad_input():
-    with pytest.raises(ValueError, match=r"sample_input: expected arrays with a batch of at least 2, got shape \(1, 3\)"):
+    with pytest.raises(ValueError, match=r"sample_input: expected arrays with a batch of at least 2, "
+                                         r"got ndarray of shape \(1, 3\)"):
         check_variable_batch(keras.layers.Dense(2), np.ones((1, 3), "float32"))
     with pytest.raises(TypeError, match="layer: expected a callable"):
         check_variable_batch(None, X)
+
+
+def test_check_variable_batch_names_a_sample_the_layer_cannot_take():
+    dense = keras.layers.Dense(2)
+    dense.build((None, 3))
+    with pytest.raises(ValueError, match=r"^sample_input: expected an input .* accepts, got ndarray of shape \(4, 5\)"):
+        check_variable_batch(dense, np.ones((4, 5), "float32"))  # before: reported as a tracing problem
+    with pytest.raises(ValueError, match=r"^sample_input: expected an array, or a list, tuple or dict of arrays "
+                                         r"of numbers, got dict {}"):
+        check_variable_batch(dense, {})
+
+
+def test_gradient_helpers_refuse_targets_they_cannot_blame_on_a_layer():
+    dense, loss = keras.layers.Dense(2), keras.losses.MeanSquaredError()
+    with pytest.raises(ValueError, match="^targets: expected finite values, got NaN or Inf"):
+        first_nonfinite_gradient(dense, X, np.full((4, 2), np.nan, "float32"), loss=loss)
+    with pytest.raises(ValueError, match=r"^targets: expected arrays with the batch size of the model's output \(4\)"):
+        gradient_norms(dense, X, np.zeros((3, 2), "float32"), loss=loss)
