@@ -39,6 +39,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from companion._checks import check_choice, check_path, check_str, float_tensor
 from companion.pyfunc import GaussianBlur, check_ksize, check_sigma, gaussian_kernel
 
 #: The C++ source of the ops, inside the installed package.
@@ -56,7 +57,8 @@ OP_NAMES = ("GaussianBlur", "GaussianBlurGrad")
 
 
 class BuildError(RuntimeError):
-    """The op library could not be built: no compiler, no TensorFlow headers, or a compile error."""
+    """The op library could not be built: no compiler, no TensorFlow headers, a compile error, or a
+    cache folder that cannot hold the build."""
 
 
 def cache_root() -> Path:
@@ -77,17 +79,27 @@ def tensorflow_flags() -> tuple[list[str], list[str]]:
     return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
 
 
+def _checked_compiler(cxx: Any) -> str:
+    """``cxx`` if it is a non-empty str, ``compiler()`` for None; else the project's error."""
+    return compiler() if cxx is None else check_str(cxx, "cxx", "a C++ compiler (a non-empty str) or None")
+
+
 def build_command(source: Path | str, output: Path | str, cxx: str | None = None) -> list[str]:
     """The compiler command line that turns ``source`` into the shared library ``output``.
 
     TensorFlow's include folders (``-I`` in ``tf.sysconfig``) become ``-isystem`` folders: the
     compiler then reports warnings in our source only, not in TensorFlow's headers.
 
+    Raises:
+        TypeError, ValueError: If ``source`` or ``output`` is not a non-empty path, or ``cxx``
+            not a non-empty str or None.
+
     Example:
         >>> build_command("blur_op.cc", "blur_op.so", "g++")[:7]
         ['g++', '-std=c++17', '-shared', '-fPIC', '-O3', '-Wall', '-Wextra']
     """
-    return [cxx or compiler(), *BUILD_FLAGS, str(source), "-o", str(output), *_tensorflow_build_flags()]
+    source, output, cxx = check_path(source, "source"), check_path(output, "output"), _checked_compiler(cxx)
+    return [cxx, *BUILD_FLAGS, str(source), "-o", str(output), *_tensorflow_build_flags()]
 
 
 def _tensorflow_build_flags() -> list[str]:
@@ -106,10 +118,21 @@ def _compiler_version(cxx: str) -> str:
             f"compiler: expected a C++ compiler on PATH, got str {cxx!r}, which is not found; install "
             "g++ (Debian/Ubuntu/Colab: apt-get install g++) or set WHITE_BOX_TF_CXX to a compiler"
         )
-    result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    result = _run([path, "--version"], timeout=60)
     if result.returncode != 0:
-        raise BuildError(f"compiler: {cxx!r} --version failed: {result.stderr.strip()[:300]}")
+        raise BuildError(f"compiler: {cxx!r} --version failed (exit {result.returncode}): "
+                         f"{result.stderr.strip()[:300] or 'no message'}")
     return result.stdout.splitlines()[0] if result.stdout else path
+
+
+def _run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``command``; BuildError when it cannot start or does not finish in ``timeout`` s."""
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"{command[0]} did not finish in {timeout:.0f} s: {' '.join(command)[:300]}") from None
+    except OSError as error:
+        raise BuildError(f"{command[0]} cannot run ({type(error).__name__}: {error})") from error
 
 
 def _check_headers(compile_flags: list[str]) -> None:
@@ -145,9 +168,10 @@ def build_key(cxx: str | None = None) -> str:
     """Hex digest of what the library depends on: TensorFlow, compiler, flags and source.
 
     Raises:
+        TypeError, ValueError: If ``cxx`` is not a non-empty str or None.
         BuildError: If the compiler cannot be run (its version is part of the key).
     """
-    return _key(_identity(cxx or compiler()))
+    return _key(_identity(_checked_compiler(cxx)))
 
 
 def _matching_build(root: Path) -> Path | None:
@@ -156,15 +180,24 @@ def _matching_build(root: Path) -> Path | None:
     wanted = _toolchain_free_identity()
     found = []
     for manifest_path in root.glob(f"*/{MANIFEST}"):
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except (OSError, ValueError):  # unreadable: not a build to trust
-            continue
-        library = manifest_path.parent / LIBRARY
-        matches = isinstance(manifest, dict) and all(manifest.get(k) == v for k, v in wanted.items())
-        if matches and library.is_file():
-            found.append((manifest_path.stat().st_mtime, str(library)))
+        manifest = _verified_manifest(manifest_path.parent)
+        if manifest is not None and all(manifest.get(k) == v for k, v in wanted.items()):
+            found.append((manifest_path.stat().st_mtime, str(manifest_path.parent / LIBRARY)))
     return Path(max(found)[1]) if found else None
+
+
+def _verified_manifest(folder: Path) -> dict[str, Any] | None:
+    """The manifest of the build in ``folder`` if its library is the file it records (same size and
+    SHA-256), else None: a library truncated, damaged or replaced since is not loaded (a truncated
+    library can kill the process with SIGBUS when TensorFlow maps it)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        recorded = manifest["library"]
+        library = folder / LIBRARY
+        intact = (library.stat().st_size == recorded["size"] and _sha256(library) == recorded["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):  # missing, unreadable or not a manifest
+        return None
+    return manifest if intact else None
 
 
 @contextlib.contextmanager
@@ -186,12 +219,13 @@ def _locked(folder: Path) -> Iterator[None]:
 def _compile(command: list[str], output: Path) -> str:
     """Run the compiler and return what it printed (warnings); BuildError with its last lines of
     output when it fails."""
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    result = _run(command, timeout=600)
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
         raise BuildError(f"compiling {SOURCE.name} failed (exit {result.returncode}):\n{' '.join(command)}\n{tail}")
-    if not output.is_file():
-        raise BuildError(f"compiling {SOURCE.name} produced no {output}")
+    if not output.is_file() or output.stat().st_size == 0:
+        raise BuildError(f"compiling {SOURCE.name} with {command[0]!r} exited 0 but wrote no library to "
+                         f"{output}: is {command[0]!r} a C++ compiler?")
     return result.stdout + result.stderr
 
 
@@ -207,14 +241,16 @@ def _write_atomically(path: Path, text: str) -> None:
 def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None) -> Path:
     """Compile ``blur_op.cc`` into the cache unless it is already there; return the library's path.
 
-    Safe when several processes build at once (tests and notebooks run in parallel): a file
-    lock lets one compile while the others wait, and the library and then its manifest are
-    written to temporary files and renamed into place, so nobody ever loads half a file.
-    The manifest (``manifest.json``) records the TensorFlow version, platform, flags, source
-    SHA-256, compiler, the compiler's output and the library's name, size and SHA-256.
+    A cached library is used only if it is the file its manifest records (size and SHA-256): a
+    truncated or damaged one is rebuilt. Safe when several processes build at once (tests and
+    notebooks run in parallel): a file lock lets one compile while the others wait, and the
+    library and then its manifest are written to temporary files and renamed into place, so
+    nobody ever loads half a file. The manifest (``manifest.json``) records the TensorFlow
+    version, platform, flags, source SHA-256, compiler, the compiler's output and the library's
+    name, size and SHA-256.
 
-    When the compiler cannot be run (none installed, as in a serving image), a cached build
-    made for this TensorFlow, platform, flags and source by any compiler is used instead.
+    When the compiler cannot be run (none installed, as in a serving image), an intact cached
+    build made for this TensorFlow, platform, flags and source by any compiler is used instead.
 
     Args:
         cache_dir: Root of the cache (default ``cache_root()``); the library goes to
@@ -225,44 +261,62 @@ def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None
         The path of the shared library.
 
     Raises:
-        BuildError: If the compiler is missing and no cached build matches, TensorFlow's headers
-            are missing or the compilation fails (the message says which, and what to do).
+        TypeError, ValueError: If ``cache_dir`` is not a non-empty path or None, or ``cxx`` not a
+            non-empty str or None (``''`` is not "the current folder" nor "the default").
+        BuildError: If the compiler is missing and no intact cached build matches, TensorFlow's
+            headers are missing, the compilation fails, or the cache is not a folder or cannot be
+            written (the message says which, and what to do).
 
     Example:
         >>> build_blur_op().name
         'blur_op.so'
     """
-    cxx = cxx or compiler()
-    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+    cxx = _checked_compiler(cxx)
+    root = cache_root() if cache_dir is None else check_path(cache_dir, "cache_dir").expanduser()
+    if os.path.exists(root) and not os.path.isdir(root):  # (False when it cannot be read: see below)
+        raise BuildError(f"cache_dir: expected a folder, got the file {root}")
     try:
         identity = _identity(cxx)
     except BuildError as no_compiler:
         cached = _matching_build(root)
         if cached is None:
             raise BuildError(
-                f"{no_compiler}; and no cached build in {root} matches TensorFlow "
+                f"{no_compiler}; and no intact cached build in {root} matches TensorFlow "
                 f"{tf.__version__}, this source and these flags (copy a cache built with them, or "
                 "set WHITE_BOX_TF_CACHE)"
             ) from None
         return cached
     folder = root / _key(identity)
-    library, manifest = folder / LIBRARY, folder / MANIFEST
-    if manifest.is_file() and library.is_file():
-        return library
-    _check_headers(tensorflow_flags()[0])
-    folder.mkdir(parents=True, exist_ok=True)
-    with _locked(folder):
-        if not (manifest.is_file() and library.is_file()):  # another process may have built it
-            partial = folder / f"blur_op.{os.getpid()}.tmp.so"
-            try:
-                output = _compile(build_command(SOURCE, partial, cxx), partial)
-                built = {"name": LIBRARY, "size": partial.stat().st_size, "sha256": _sha256(partial)}
-                record = {**identity, "compiler_output": output, "library": built}
-                os.replace(partial, library)
-            finally:
-                partial.unlink(missing_ok=True)
-            _write_atomically(manifest, json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return library
+    if _verified_manifest(folder) is None:
+        _check_headers(tensorflow_flags()[0])
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with _locked(folder):
+                if _verified_manifest(folder) is None:  # another process may have built it meanwhile
+                    _build_into(folder, cxx, identity)
+        except OSError as error:
+            raise BuildError(
+                f"cache: cannot write the build to {folder} ({type(error).__name__}: {error.strerror or error}); "
+                "pass cache_dir= or set WHITE_BOX_TF_CACHE to a writable folder"
+            ) from error
+    return folder / LIBRARY
+
+
+def _build_into(folder: Path, cxx: str, identity: dict[str, Any]) -> None:
+    """Compile into ``folder`` (its lock held): the library, then its manifest, each written to a
+    temporary file and renamed into place. Temporary files left by a process that died while
+    holding the lock are removed first."""
+    for stale in folder.glob("*.tmp*"):
+        stale.unlink(missing_ok=True)
+    partial = folder / f"blur_op.{os.getpid()}.tmp.so"
+    try:
+        output = _compile(build_command(SOURCE, partial, cxx), partial)
+        built = {"name": LIBRARY, "size": partial.stat().st_size, "sha256": _sha256(partial)}
+        os.replace(partial, folder / LIBRARY)
+    finally:
+        partial.unlink(missing_ok=True)
+    record = {**identity, "compiler_output": output, "library": built}
+    _write_atomically(folder / MANIFEST, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 @functools.cache
@@ -274,7 +328,8 @@ def load_blur_op() -> Any:
         ``gaussian_blur(images, kernel)`` and ``gaussian_blur_grad(upstream, kernel)``.
 
     Raises:
-        BuildError: As ``build_blur_op`` (not cached: a later call tries again).
+        BuildError: As ``build_blur_op``, or if TensorFlow cannot load the library (not cached: a
+            later call tries again).
 
     Example:
         >>> op = load_blur_op()
@@ -282,7 +337,11 @@ def load_blur_op() -> Any:
         TensorShape([1, 4, 4, 1])
     """
     library = build_blur_op()
-    module = tf.load_op_library(str(library))
+    try:
+        module = tf.load_op_library(str(library))
+    except tf.errors.NotFoundError as error:  # intact as built, yet unloadable: not a library
+        raise BuildError(f"{library}: TensorFlow cannot load it ({error.message.strip()[:300]}); delete "
+                         f"{library.parent} to rebuild it, or check the compiler") from None
     if not hasattr(module, "gaussian_blur_grad"):  # TensorFlow kept the ops registered first
         raise BuildError(
             f"{library}: its ops {OP_NAMES} are already registered in this process by another "
@@ -334,6 +393,26 @@ def _kernel_tensor(ksize: int, sigma: float, dtype: tf.DType) -> tf.Tensor:
     return tf.constant(_weights(ksize, sigma), dtype)
 
 
+def _check_images(dtype: tf.DType, shape: tf.TensorShape, name: str, ksize: int) -> None:
+    """The project's error, naming ``name``, unless images of ``dtype`` and ``shape`` can be blurred
+    with ``ksize`` (unknown dimensions pass: the op checks them when it runs)."""
+    if dtype not in _COMPUTE_DTYPES:
+        raise TypeError(f"{name}: expected dtype float16, bfloat16, float32 or float64 (cast other images "
+                        f"first), got dtype {dtype.name}")
+    if shape.rank not in (3, 4):
+        raise ValueError(f"{name}: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {shape}")
+    if any(d is not None and d <= ksize // 2 for d in tuple(shape)[-3:-1]):
+        raise ValueError(f"{name}: expected height and width > ksize // 2 = {ksize // 2} for reflect "
+                         f"padding, got shape {shape}")
+
+
+def _images_tensor(images: Any, name: str, ksize: int) -> tf.Tensor:
+    """``images`` as a tensor, checked by ``_check_images``."""
+    tensor = float_tensor(images, name)
+    _check_images(tensor.dtype, tensor.shape, name, ksize)
+    return tensor
+
+
 def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
     """Gaussian blur with the compiled ``GaussianBlur`` op, equal to ``cv2.GaussianBlur``.
 
@@ -360,7 +439,8 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
         The blurred tensor, same shape and dtype as ``images``.
 
     Raises:
-        TypeError: If ``images`` has another dtype or ``ksize`` / ``sigma`` have the wrong type.
+        TypeError: If ``images`` is not a float tensor or array of those dtypes, or ``ksize`` /
+            ``sigma`` have the wrong type.
         ValueError: If the rank is not 3 or 4, the image is smaller than ``ksize // 2 + 1``
             pixels, or ``ksize`` / ``sigma`` are out of range.
         BuildError: If the op library cannot be built.
@@ -373,22 +453,9 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
         tf.float16
     """
     ksize, sigma = check_ksize(ksize), check_sigma(sigma)
-    images = tf.convert_to_tensor(images)
-    dtype, shape = images.dtype, images.shape
-    compute_dtype = _COMPUTE_DTYPES.get(dtype)
-    if compute_dtype is None:
-        raise TypeError(
-            "images: expected dtype float16, bfloat16, float32 or float64 (cast other images "
-            f"first), got {dtype.name}"
-        )
-    rank = shape.rank
-    if rank not in (3, 4):
-        raise ValueError(f"images: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {shape}")
-    if any(d is not None and d <= ksize // 2 for d in tuple(shape)[-3:-1]):
-        raise ValueError(
-            f"images: expected height and width > ksize // 2 = {ksize // 2} for reflect "
-            f"padding, got shape {shape}"
-        )
+    images = _images_tensor(images, "images", ksize)
+    dtype, rank = images.dtype, images.shape.rank
+    compute_dtype = _COMPUTE_DTYPES[dtype]
     half = compute_dtype != dtype
     batch = images if rank == 4 else tf.expand_dims(images, 0)
     if half:
@@ -421,7 +488,7 @@ class CppGaussianBlur(GaussianBlur):
 
     Raises:
         TypeError, ValueError: As ``cpp_blur``, at construction for ``ksize`` / ``sigma``
-            and at call time for the images.
+            and at call time for the images (named ``inputs``).
 
     Example:
         >>> import numpy as np
@@ -434,6 +501,14 @@ class CppGaussianBlur(GaussianBlur):
         super().__init__(ksize, sigma, **kwargs)
         self.supports_jit = False  # keeps model.compile()'s jit_compile="auto" off XLA
 
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        """Check ``inputs`` before Keras converts them (its errors would not name them)."""
+        if isinstance(inputs, keras.KerasTensor):  # a functional model's symbolic input
+            _check_images(tf.as_dtype(inputs.dtype), tf.TensorShape(inputs.shape), "inputs", self.ksize)
+        else:
+            inputs = _images_tensor(inputs, "inputs", self.ksize)
+        return super().__call__(inputs, *args, **kwargs)
+
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return cpp_blur(inputs, self.ksize, self.sigma)
 
@@ -441,25 +516,36 @@ class CppGaussianBlur(GaussianBlur):
 def source_section(name: str) -> str:
     """The part of ``blur_op.cc`` under the marker ``// ==== name ====`` (up to the next marker).
 
+    Raises:
+        TypeError, ValueError: If ``name`` is not the name of a section (the message lists them).
+
     Example:
         >>> 'REGISTER_OP("GaussianBlur")' in source_section("registration")
         True
     """
     sections = re.split(r"^// ==== (.+?) ====\n", SOURCE.read_text(), flags=re.MULTILINE)
     found = dict(zip(sections[1::2], sections[2::2]))
-    if name not in found:
-        raise ValueError(f"name: expected one of {sorted(found)}, got {name!r}")
+    check_choice(name, "name", tuple(found))
     return "// ==== " + name + " ====\n" + found[name].strip("\n")
 
 
-def main() -> None:
-    """``python -m companion.kernels``: build the library now (``make`` runs it), say where it is."""
+def main() -> int:
+    """``python -m companion.kernels``: build the library now (``make`` runs it), say where it is.
+
+    Returns:
+        The exit status: 0, or 1 after printing why the build failed (no traceback).
+    """
     started, start = time.time(), time.perf_counter()
-    library = build_blur_op()
+    try:
+        library = build_blur_op()
+    except BuildError as error:
+        print(f"companion.kernels: {error}", file=sys.stderr)
+        return 1
     fresh = library.stat().st_mtime >= started  # written by this call
     how = f"compiled in {time.perf_counter() - start:.1f} s" if fresh else "cached"
     print(f"GaussianBlur op for TensorFlow {tf.__version__}: {library} ({how})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

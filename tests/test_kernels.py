@@ -2,8 +2,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import contextlib
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -180,8 +182,9 @@ def test_tflite_cannot_run_the_op(tmp_path):
         ({"ksize": 5.0}, TypeError, "ksize"),
         ({"sigma": -1.0}, ValueError, "sigma"),
         ({"images": np.zeros((8, 8, 3), np.int32)}, TypeError,
-         "images: expected dtype float16, bfloat16, float32 or float64 \\(cast other images first\\), got int32"),
-        ({"images": np.zeros((8, 8, 3), np.complex64)}, TypeError, "got complex64"),
+         "images: expected a floating-point tensor .*, got dtype int32; cast it first"),
+        ({"images": np.zeros((8, 8, 3), np.complex64)}, TypeError, "got dtype complex64"),
+        ({"images": {"a": 1}}, TypeError, "images: expected a floating-point tensor, got dict"),
         ({"images": np.zeros((8, 8), np.float32)}, ValueError, "images: expected rank 3"),
         ({"images": np.zeros((1, 2, 8, 8, 3), np.float32)}, ValueError, "images: expected rank 3"),
         ({"images": np.zeros((8, 2, 3), np.float32)}, ValueError, "ksize // 2 = 2"),
@@ -361,7 +364,7 @@ def test_a_cached_build_loads_without_a_compiler(fresh_build, tmp_path):
     # Without a compiler and without a matching build, the error says both.
     with pytest.MonkeyPatch.context() as patched:
         patched.setenv("WHITE_BOX_TF_CXX", "/nonexistent")
-        with pytest.raises(BuildError, match="'/nonexistent', which is not found.*no cached build in"):
+        with pytest.raises(BuildError, match="'/nonexistent', which is not found.*no intact cached build in"):
             build_blur_op(cache_dir=tmp_path)
 
 
@@ -377,3 +380,201 @@ def test_a_build_records_a_manifest_and_compiles_without_warnings(fresh_build):
                                    "sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
     warnings = [line for line in manifest["compiler_output"].splitlines() if "warning" in line]
     assert not [line for line in warnings if "blur_op.cc" in line], warnings[:5]
+
+
+# --- a damaged cache, an unusable cache or compiler: rebuilt or a BuildError, never a crash --------
+
+
+def _copy_of_the_cache(fresh_build, tmp_path):
+    """A copy of the fresh build's cache (same key: it is this process's build), and its library."""
+    root, library = fresh_build
+    copy = tmp_path / "cache"
+    shutil.copytree(root, copy)
+    return copy, copy / library.parent.name / library.name
+
+
+def _intact(library):
+    manifest = json.loads((library.parent / "manifest.json").read_text())["library"]
+    return manifest["size"] == library.stat().st_size and manifest["sha256"] == hashlib.sha256(library.read_bytes()).hexdigest()
+
+
+def test_a_truncated_cached_library_is_rebuilt_not_loaded(fresh_build, tmp_path):
+    # Loading half a library killed Python with SIGBUS: the child would die with a signal.
+    root, library = _copy_of_the_cache(fresh_build, tmp_path)
+    data = library.read_bytes()
+    library.write_bytes(data[: len(data) // 2])
+    code = "import numpy as np\nfrom companion.kernels import cpp_blur\nprint(cpp_blur(np.ones((1, 8, 8, 1), np.float32)).numpy().max())"
+    result = run_python(code, env={"WHITE_BOX_TF_CACHE": str(root)})
+    assert (result.returncode, result.stdout.split()) == (0, ["1.0"]), result.stderr[-2000:]
+    assert _intact(library)
+
+
+def _fake_compile(good_library, calls):
+    """Stands for the compiler: writes a copy of an intact library where the build asks."""
+
+    def compile_(command, output):
+        calls.append(output)
+        shutil.copyfile(good_library, output)
+        return ""
+
+    return compile_
+
+
+@pytest.mark.parametrize("damage", ["flipped bytes", "no manifest", "manifest not JSON", "manifest of another file",
+                                    "library missing", "stale partial files"])
+def test_a_damaged_or_unrecorded_build_is_rebuilt(fresh_build, tmp_path, monkeypatch, damage):
+    root, library = _copy_of_the_cache(fresh_build, tmp_path)
+    manifest = library.parent / "manifest.json"
+    if damage == "flipped bytes":  # same size, other content: TensorFlow's NotFoundError at every load
+        data = bytearray(library.read_bytes())
+        data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+        library.write_bytes(bytes(data))
+    elif damage == "no manifest":  # e.g. a library copied in by hand, or a build killed before its manifest
+        manifest.unlink()
+    elif damage == "manifest not JSON":
+        manifest.write_text('{"library": ')
+    elif damage == "manifest of another file":
+        record = json.loads(manifest.read_text())
+        manifest.write_text(json.dumps({**record, "library": {**record["library"], "size": 1}}))
+    elif damage == "library missing":
+        library.unlink()
+    else:  # a process killed while it compiled: its temporary files, and no library yet
+        library.unlink()
+        (library.parent / "blur_op.999.tmp.so").write_bytes(b"half")
+        (library.parent / "manifest.json.999.tmp").write_text("{")
+    calls = []
+    monkeypatch.setattr(kernels, "_compile", _fake_compile(fresh_build[1], calls))
+    assert build_blur_op(cache_dir=root) == library
+    assert len(calls) == 1 and _intact(library)
+    assert sorted(p.name for p in library.parent.iterdir()) == [".lock", "blur_op.so", "manifest.json"]
+    assert build_blur_op(cache_dir=root) == library and len(calls) == 1  # now trusted as it is
+
+
+def test_without_a_compiler_a_damaged_cached_build_is_not_used(fresh_build, tmp_path, monkeypatch):
+    root, library = _copy_of_the_cache(fresh_build, tmp_path)
+    library.write_bytes(library.read_bytes()[:1000])
+    monkeypatch.setenv("WHITE_BOX_TF_CXX", "/nonexistent")
+    with pytest.raises(BuildError, match="no intact cached build in"):
+        build_blur_op(cache_dir=root)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"cache_dir": ""}, ValueError, "cache_dir: expected a non-empty path .*, got str ''"),
+        ({"cache_dir": 3}, TypeError, "cache_dir: expected a non-empty path .*, got int 3"),
+        ({"cxx": 5}, TypeError, "cxx: expected a C\\+\\+ compiler \\(a non-empty str\\) or None, got int 5"),
+        ({"cxx": ""}, ValueError, "cxx: expected a C\\+\\+ compiler"),
+        ({"cxx": ["g++"]}, TypeError, "cxx: expected"),
+        ({"cxx": "false"}, BuildError, "compiler: 'false' --version failed \\(exit 1\\)"),
+        ({"cxx": "echo"}, BuildError, "with 'echo' exited 0 but wrote no library.*is 'echo' a C\\+\\+ compiler"),
+    ],
+)
+def test_bad_build_arguments_and_compilers_get_clear_errors(tmp_path, monkeypatch, kwargs, error, match):
+    monkeypatch.chdir(tmp_path)  # an empty cache_dir once meant this folder
+    with pytest.raises(error, match=match):
+        build_blur_op(**{"cache_dir": tmp_path / "cache", **kwargs})
+    assert not list(tmp_path.rglob("*.so")) and not list(tmp_path.rglob("*.tmp*"))
+
+
+def test_a_cache_that_is_a_file_or_under_a_file_is_a_build_error(tmp_path):
+    afile = tmp_path / "cache"
+    afile.write_text("not a folder")
+    with pytest.raises(BuildError, match=f"cache_dir: expected a folder, got the file {afile}$"):
+        build_blur_op(cache_dir=afile)
+    with pytest.raises(BuildError, match="cache: cannot write the build to .*cache/.*NotADirectoryError.*WHITE_BOX_TF_CACHE"):
+        build_blur_op(cache_dir=afile / "inside")
+
+
+@contextlib.contextmanager
+def _read_only(folder):
+    """``folder`` made read-only, also for root (who writes through permissions: immutable instead)."""
+    make, undo = (["chattr", "+i"], ["chattr", "-i"]) if os.geteuid() == 0 else (["chmod", "555"], ["chmod", "755"])
+    subprocess.run([*make, str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run([*undo, str(folder)], check=True)
+
+
+def test_an_unwritable_cache_is_a_build_error(tmp_path):
+    with _read_only(tmp_path), pytest.raises(BuildError) as caught:
+        build_blur_op(cache_dir=tmp_path)
+    assert str(caught.value).startswith(f"cache: cannot write the build to {tmp_path}/")
+    assert "PermissionError" in str(caught.value) and "writable folder" in str(caught.value)
+
+
+def test_the_command_line_prints_a_build_error_without_a_traceback(tmp_path):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "WHITE_BOX_TF_CXX": "false", "WHITE_BOX_TF_CACHE": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "companion.kernels"], capture_output=True, text=True, timeout=300,
+                            env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("companion.kernels: compiler: 'false' --version failed")
+    assert "no intact cached build in" in result.stderr
+
+
+# --- memory: one padded row per thread, whatever the kernel --------------------------------------
+
+
+def test_a_kernel_as_large_as_the_image_needs_no_memory_of_image_times_kernel():
+    # Per-row tap lists took height x ksize + width x ksize pairs: 31 MB here, 3 GB for a
+    # 5001 x 5001 image with ksize 10001. The output (2 MB) is all the op should allocate.
+    code = textwrap.dedent("""
+        import resource
+        import numpy as np
+        from companion.kernels import cpp_blur
+        images = np.random.default_rng(0).random((1, 701, 701, 1)).astype(np.float32)
+        cpp_blur(images[:, :8, :8], 3)  # loads the library
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        blurred = cpp_blur(images, 1401).numpy()
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024, blurred.shape)
+    """)
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr[-2000:]
+    grown_mb = float(result.stdout.split()[0])
+    assert grown_mb < 12, f"the peak memory grew by {grown_mb:.1f} MB"
+
+
+@pytest.mark.parametrize("shape", [(1, 6, 7, 2), (2, 9, 5, 1)])
+def test_kernels_longer_than_the_image_match_opencv_and_the_adjoint_is_the_transpose(shape):
+    ksize = 2 * min(shape[1:3]) - 1  # the largest reflect-101 allows: every pixel is a border pixel
+    images = _images(shape, seed=8)
+    np.testing.assert_allclose(cpp_blur(images, ksize, 2.5).numpy(), _opencv(images, ksize, 2.5), rtol=0, atol=1e-6)
+    op, kernel = load_blur_op(), np.random.default_rng(9).random(ksize)  # asymmetric
+    single = (1, *shape[1:])
+    blur = _blur_matrix(op.gaussian_blur, kernel, single)
+    np.testing.assert_allclose(_blur_matrix(op.gaussian_blur_grad, kernel, single), blur.T, rtol=0, atol=1e-13)
+
+
+# --- the layer: empty batches, inputs named in errors -------------------------------------------
+
+
+def test_the_layer_returns_an_empty_batch_eagerly_in_tf_function_and_in_a_model():
+    layer = CppGaussianBlur(ksize=3)
+    empty = np.zeros((0, 8, 8, 3), np.float32)
+    assert layer(empty).shape == (0, 8, 8, 3)
+    assert layer(keras.Variable(empty)).shape == (0, 8, 8, 3)
+    assert tf.function(layer)(tf.constant(empty)).shape == (0, 8, 8, 3)
+    inputs = keras.Input((8, 8, 3))
+    assert keras.Model(inputs, CppGaussianBlur()(inputs))(empty).shape == (0, 8, 8, 3)
+
+
+@pytest.mark.parametrize(
+    "inputs, error, match",
+    [
+        ("abc", TypeError, "inputs: expected a floating-point tensor .*got dtype string"),
+        (None, TypeError, "inputs: expected a floating-point tensor, got NoneType None"),
+        (np.ones((8, 8), np.float32), ValueError, "inputs: expected rank 3 \\(H, W, C\\) or 4"),
+        (np.ones((1, 2, 8, 1), np.float32), ValueError, "inputs: expected height and width > ksize // 2 = 2"),
+        (keras.Input((2, 8, 1)), ValueError, "inputs: expected height and width > ksize // 2 = 2"),
+        (keras.Input((8, 8, 1), dtype="int32"), TypeError, "inputs: expected dtype float16, .*got dtype int32"),
+    ],
+)
+def test_the_layer_names_its_inputs_in_errors(inputs, error, match):
+    with pytest.raises(error, match=match):
+        CppGaussianBlur(ksize=5)(inputs)
+
+
+def test_cpp_blur_takes_keras_variables():
+    images = _images((1, 9, 9, 2))
+    np.testing.assert_array_equal(cpp_blur(keras.Variable(images), 3).numpy(), cpp_blur(images, 3).numpy())

@@ -70,41 +70,36 @@ inline int64_t Reflect101(int64_t i, int64_t n) {
   return i < 0 ? -i : (i >= n ? 2 * n - 2 - i : i);
 }
 
-// A 1-D blur along an axis of length n, as a sparse matrix: output index i reads taps[i], a list
-// of (source index, weight). The blur is out[i] = sum_j k[j] * in[reflect(i + j - K/2)]. Its
-// adjoint is the transposed matrix: each weight moves from (i, source) to (source, i). Away from
-// the borders both are a plain stencil over in[i - K/2 .. i + K/2] (the adjoint's is the kernel
-// reversed), and that is how the interior [lo, hi) is computed; the lists serve the borders,
-// where the adjoint is NOT the blur again: reflected pixels send their weight back.
+// A 1-D blur along an axis of length n is one stencil over the padded line P[q] = in[reflect(q)],
+// q in [-K/2, n + K/2): out[i] = sum_j k[j] * P[i + j - K/2], the same weights for every output,
+// borders included. Its adjoint runs the two steps backwards: the stencil transposed (the kernel
+// reversed) gives the gradient of every padded position q, and undoing the padding adds it to the
+// pixel reflect(q) that q copied. Near the edges that is NOT the blur again: a pixel read twice
+// (directly and as a reflection) gets its weight twice.
+//
+// Vertically, output row i is a weighted sum of input rows; RowTerms lists them as (weight, row).
+// The blur's are (k[j], reflect(i + j - K/2)). The adjoint's are every (k[j], o) such that the
+// blur's output row o reads a copy of row i with weight k[j]: row i's copies are q = i and its
+// mirror images before the first row (-i) and after the last (2n - 2 - i), when they are padded
+// positions. At most 3 K terms whatever n: memory grows with the kernel, not with the image.
 template <typename T>
-struct Pass {
-  int64_t lo = 0, hi = 0;
-  std::vector<T> stencil;
-  std::vector<std::vector<std::pair<int64_t, T>>> taps;
-};
-
-template <typename T>
-Pass<T> MakePass(const T* k, int64_t ksize, int64_t n, bool adjoint) {
+void RowTerms(const T* k, int64_t ksize, int64_t n, int64_t i, bool adjoint,
+              std::vector<std::pair<T, int64_t>>* terms) {
   const int64_t half = ksize / 2;
-  Pass<T> pass;
-  pass.taps.resize(n);
-  for (int64_t i = 0; i < n; ++i) {
+  terms->clear();
+  if (!adjoint) {
+    for (int64_t j = 0; j < ksize; ++j) terms->emplace_back(k[j], Reflect101(i + j - half, n));
+    return;
+  }
+  const int64_t copies[] = {i, -i, 2 * n - 2 - i};
+  for (int64_t c = 0; c < 3; ++c) {
+    const int64_t q = copies[c];
+    if (c > 0 && ((q >= 0 && q < n) || q < -half || q >= n + half)) continue;  // not padding
     for (int64_t j = 0; j < ksize; ++j) {
-      const int64_t source = Reflect101(i + j - half, n);
-      if (adjoint) {
-        pass.taps[source].emplace_back(i, k[j]);
-      } else {
-        pass.taps[i].emplace_back(source, k[j]);
-      }
+      const int64_t o = q + half - j;  // the output row whose tap j reads q
+      if (o >= 0 && o < n) terms->emplace_back(k[j], o);
     }
   }
-  pass.stencil.assign(k, k + ksize);
-  if (adjoint) std::reverse(pass.stencil.begin(), pass.stencil.end());
-  // Outputs whose taps are exactly the stencil: no reflection reaches them, in either direction.
-  const int64_t margin = adjoint ? 2 * half : half;
-  pass.lo = std::min(margin, n);
-  pass.hi = std::max(pass.lo, n - margin);
-  return pass;
 }
 
 // ==== one output row ====
@@ -135,30 +130,56 @@ inline __attribute__((always_inline)) void WeightedSum(int64_t begin, int64_t en
   }
 }
 
-// One output row: the vertical pass (a weighted sum of input rows) into `line`, then the
-// horizontal pass over `line` into the output row. A row of W pixels x C channels is one
-// contiguous vector, so a one-pixel shift is a shift by C elements and both passes are
-// weighted sums of contiguous vectors. Both read only a few input rows and `line` (in cache).
+// What computing output rows needs: the images and output (N * H rows of W x C values), the
+// kernel, and for the adjoint's horizontal pass the kernel reversed.
 template <typename T>
-inline __attribute__((always_inline)) void BlurRow(const T* image, int64_t row_length, int64_t channels,
-             const std::vector<std::pair<int64_t, T>>& down_taps, const Pass<T>& across,
-             T* __restrict line, T* __restrict out) {
+struct Rows {
+  const T* in;
+  T* out;
+  int64_t height, width, channels, ksize;
+  const T* kernel;
+  const T* reversed;
+  bool adjoint;
+};
+
+// One output row: the vertical pass (a weighted sum of input rows) into the middle of a padded
+// buffer, then the horizontal pass over the buffer into the output row. A row of W pixels x C
+// channels is one contiguous vector, so a one-pixel shift is a shift by C elements and both
+// passes are weighted sums of contiguous vectors; they read a few input rows and the buffer (in
+// cache). The blur pads with K/2 reflected pixels on each side and applies the stencil. The
+// adjoint pads with K - 1 zeros, applies the reversed stencil (the gradient of each of the
+// W + K - 1 padded pixels) and folds each reflected pixel's gradient back onto its source.
+template <typename T>
+inline __attribute__((always_inline)) void BlurRow(const Rows<T>& job, const T* image,
+                                                   const std::vector<std::pair<T, int64_t>>& terms,
+                                                   T* __restrict padded, T* __restrict gradient,
+                                                   T* __restrict out) {
   using Term = std::pair<T, const T*>;
-  WeightedSum<T>(0, row_length, down_taps.size(), [&](int64_t t) {
-    return Term(down_taps[t].second, image + down_taps[t].first * row_length);
+  const int64_t channels = job.channels, width = job.width, half = job.ksize / 2;
+  const int64_t row_length = width * channels;
+  T* line = padded + (job.adjoint ? 2 * half : half) * channels;
+  WeightedSum<T>(0, row_length, terms.size(), [&](int64_t t) {
+    return Term(terms[t].first, image + terms[t].second * row_length);
   }, line);
-  // Interior pixels: out[e] = sum_j stencil[j] * line[e + (j - K/2) * C].
-  const int64_t half = across.stencil.size() / 2;
-  WeightedSum<T>(across.lo * channels, across.hi * channels, across.stencil.size(), [&](int64_t j) {
-    return Term(across.stencil[j], line + (j - half) * channels);
-  }, out);
-  // Border pixels: their own tap lists.
-  const int64_t width = row_length / channels;
-  for (int64_t x = 0; x < width; x = (x + 1 == across.lo) ? std::max(across.hi, x + 1) : x + 1) {
+  if (!job.adjoint) {
+    for (int64_t x = 1; x <= half; ++x) {  // padded pixel -x copies x; width - 1 + x copies width - 1 - x
+      std::copy_n(line + x * channels, channels, line - x * channels);
+      std::copy_n(line + (width - 1 - x) * channels, channels, line + (width - 1 + x) * channels);
+    }
+    WeightedSum<T>(0, row_length, job.ksize, [&](int64_t j) {
+      return Term(job.kernel[j], padded + j * channels);
+    }, out);
+    return;
+  }
+  WeightedSum<T>(0, (width + 2 * half) * channels, job.ksize, [&](int64_t j) {
+    return Term(job.reversed[j], padded + j * channels);
+  }, gradient);
+  const T* direct = gradient + half * channels;  // the gradient of padded pixel q is direct[q]
+  std::copy_n(direct, row_length, out);
+  for (int64_t x = 1; x <= half; ++x) {
     for (int64_t c = 0; c < channels; ++c) {
-      T sum = 0;
-      for (const auto& [source, weight] : across.taps[x]) sum += weight * line[source * channels + c];
-      out[x * channels + c] = sum;
+      out[x * channels + c] += direct[-x * channels + c];
+      out[(width - 1 - x) * channels + c] += direct[(width - 1 + x) * channels + c];
     }
   }
 }
@@ -169,21 +190,17 @@ inline __attribute__((always_inline)) void BlurRow(const T* image, int64_t row_l
 // instruction); the kernel picks one when it runs. Unlike -march=native, the library still runs
 // on an older CPU (a Colab runtime may not be the machine it was compiled on).
 template <typename T>
-struct Rows {
-  const T* in;
-  T* out;
-  int64_t height, row_length, channels;
-  const Pass<T>* down;
-  const Pass<T>* across;
-};
-
-template <typename T>
 inline __attribute__((always_inline)) void BlurRows(const Rows<T>& job, int64_t begin, int64_t end) {
-  std::vector<T> line(job.row_length);
+  const int64_t half = job.ksize / 2, pad = job.adjoint ? 2 * half : half;
+  std::vector<T> padded((job.width + 2 * pad) * job.channels, T(0));  // zeros stay zeros
+  std::vector<T> gradient(job.adjoint ? (job.width + 2 * half) * job.channels : 0);
+  std::vector<std::pair<T, int64_t>> terms;
+  terms.reserve(3 * job.ksize);
+  const int64_t row_length = job.width * job.channels;
   for (int64_t row = begin; row < end; ++row) {
-    const T* image = job.in + (row / job.height) * job.height * job.row_length;
-    BlurRow(image, job.row_length, job.channels, job.down->taps[row % job.height], *job.across,
-            line.data(), job.out + row * job.row_length);
+    const T* image = job.in + (row / job.height) * job.height * row_length;
+    RowTerms(job.kernel, job.ksize, job.height, row % job.height, job.adjoint, &terms);
+    BlurRow(job, image, terms, padded.data(), gradient.data(), job.out + row * row_length);
   }
 }
 
@@ -275,19 +292,16 @@ class BlurOp : public OpKernel {
     if (images.NumElements() == 0) return;
 
     const T* k = kernel.flat<T>().data();
-    const Pass<T> down = MakePass(k, ksize, height, kAdjoint);
-    const Pass<T> across = MakePass(k, ksize, width, kAdjoint);
-    const T* in = images.flat<T>().data();
-    T* out = output->flat<T>().data();
-    const int64_t row_length = width * channels;
-
-    const Rows<T> job{in, out, height, row_length, channels, &down, &across};
+    std::vector<T> reversed(k, k + ksize);
+    std::reverse(reversed.begin(), reversed.end());
+    const Rows<T> job{images.flat<T>().data(), output->flat<T>().data(), height, width, channels,
+                      ksize, k, reversed.data(), kAdjoint};
     const auto blur_rows_on_this_cpu = ChooseBlurRows<T>();
     auto blur_rows = [&](int64_t begin, int64_t end) { blur_rows_on_this_cpu(job, begin, end); };
     // Chunks of about 64K multiply-adds (tens of microseconds); the calling thread and one
     // helper per further thread of the pool (the pool has as many threads as intra-op
     // parallelism allows) share them.
-    const int64_t work_per_row = row_length * static_cast<int64_t>(down.taps[0].size() + ksize);
+    const int64_t work_per_row = 2 * width * channels * ksize;
     const auto* pool = context->device()->tensorflow_cpu_worker_threads();
     ParallelRows(pool->num_threads - 1, pool->workers, batch * height, (1 << 16) / work_per_row,
                  blur_rows);
