@@ -93,3 +93,10 @@ def test_run_refuses_bytes_that_are_no_tflite_model():
 def test_bad_input_is_named(tmp_path, call, error, match):
     with pytest.raises(error, match=match):
         call(tmp_path)
+
+
+def test_run_lets_the_interpreters_error_for_an_unresolved_custom_op_through(tmp_path):
+    _, path = export(tmp_path, keras.layers.Lambda(py_function_blur))
+    custom = convert(path, select_tf_ops=True, custom_ops=True)  # EagerPyFunc goes in as a custom op
+    with pytest.raises(RuntimeError, match="unresolved custom op: EagerPyFunc"):
+        run(custom, np.ones((1, 8, 8, 3), "float32"))
