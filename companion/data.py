@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from companion._checks import check_int
+from companion._checks import check_int, check_seed, describe
 
 SHAPE_NAMES = ("circle", "square", "triangle")
 NUM_CLASSES = 2 * len(SHAPE_NAMES)
 MIN_IMAGE_SIZE = 16
+#: Largest values :func:`make_shapes` takes, and the most memory its float32 arrays may need.
+MAX_EXAMPLES, MAX_IMAGE_SIZE, MAX_META_DIM = 10**6, 4096, 10**4
+MAX_BYTES = 2**32
 
 
 def class_name(label: int) -> str:
@@ -49,6 +52,16 @@ def _draw(shape: int, size: int, rng: np.random.Generator) -> np.ndarray:
     return canvas
 
 
+def _check_memory(n: int, image_size: int, meta_dim: int) -> None:
+    """Refuse ``n`` examples whose float32 arrays would need more than ``MAX_BYTES``."""
+    largest = MAX_BYTES // (4 * (3 * image_size**2 + meta_dim))
+    if n > largest:
+        raise ValueError(
+            f"n: expected an int >= 1 and <= {largest} for image_size={image_size}, meta_dim={meta_dim}"
+            f" (at most {MAX_BYTES // 2**30} GiB of float32 arrays), got {describe(n)}"
+        )
+
+
 def make_shapes(
     n: int, image_size: int = 32, meta_dim: int = 10, seed: int = 0
 ) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
@@ -57,14 +70,14 @@ def make_shapes(
     Each image holds one filled circle, square or triangle (random colour, size, position,
     rotation) drawn with OpenCV, plus a little Gaussian noise. The metadata is standard
     normal; its sign (the sum over its entries) picks the variant. The label is
-    ``2 * shape + (meta.sum() > 0)``, so it takes both inputs to predict. With
-    ``meta_dim=0`` the variant is always 0 and the labels are ``0, 2, 4``.
+    ``2 * shape + (meta.sum() > 0)``, so it takes both inputs to predict.
 
     Args:
-        n: Number of examples, >= 1.
-        image_size: Height and width of the square images in pixels, >= 16.
-        meta_dim: Length of the metadata vector, >= 0.
-        seed: Seed of the NumPy generator; the same seed gives the same arrays.
+        n: Number of examples, in ``[1, MAX_EXAMPLES]``, and few enough that the arrays fit in
+            ``MAX_BYTES`` (4 GiB).
+        image_size: Height and width of the square images in pixels, in ``[16, MAX_IMAGE_SIZE]``.
+        meta_dim: Length of the metadata vector, in ``[1, MAX_META_DIM]``.
+        seed: Seed of the NumPy generator, in ``[0, 2**32 - 1]``; the same seed gives the same arrays.
 
     Returns:
         ``((images, meta), labels)``: images ``float32`` of shape ``(n, image_size,
@@ -73,17 +86,18 @@ def make_shapes(
 
     Raises:
         TypeError: If an argument is not an int.
-        ValueError: If ``n < 1``, ``image_size < 16`` or ``meta_dim < 0``.
+        ValueError: If an argument is out of its range or the arrays would not fit in ``MAX_BYTES``.
 
     Example:
         >>> (images, meta), labels = make_shapes(8, image_size=32, meta_dim=4, seed=1)
         >>> images.shape, meta.shape, labels.shape
         ((8, 32, 32, 3), (8, 4), (8,))
     """
-    n = check_int(n, "n", minimum=1)
-    image_size = check_int(image_size, "image_size", minimum=MIN_IMAGE_SIZE)
-    meta_dim = check_int(meta_dim, "meta_dim", minimum=0)
-    seed = check_int(seed, "seed", minimum=0)
+    n = check_int(n, "n", minimum=1, maximum=MAX_EXAMPLES)
+    image_size = check_int(image_size, "image_size", minimum=MIN_IMAGE_SIZE, maximum=MAX_IMAGE_SIZE)
+    meta_dim = check_int(meta_dim, "meta_dim", minimum=1, maximum=MAX_META_DIM)
+    seed = check_seed(seed)
+    _check_memory(n, image_size, meta_dim)
 
     rng = np.random.default_rng(seed)
     shapes = rng.integers(0, len(SHAPE_NAMES), size=n)

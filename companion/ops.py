@@ -19,21 +19,41 @@ from typing import Any
 
 import tensorflow as tf
 
-from companion._checks import check_bool, check_real, describe, float_tensor, is_int, is_real
+from companion._checks import check_bool, check_int, check_real, check_sequence, describe, float_tensor, is_int, is_real
 
 Axis = int | Sequence[int] | None
 
 
 def _check_axis(axis: Axis, rank: int | None) -> Axis:
-    """Validate a reduction axis (None, an int or a sequence of ints) against ``rank``."""
+    """Validate a reduction axis (None, an int or a non-empty list of distinct ints) against ``rank``."""
+    what = "None, an int or a non-empty list of distinct ints"
     if axis is None:
         return None
-    axes = [axis] if is_int(axis) else axis
-    if not isinstance(axes, Sequence) or not all(is_int(a) for a in axes):
-        raise TypeError(f"axis: expected None, an int or a sequence of ints, got {describe(axis)}")
+    axes = [axis] if is_int(axis) else check_sequence(axis, "axis", what, item=check_int)
     if rank is not None and any(not -rank <= a < rank for a in axes):
         raise ValueError(f"axis: expected values in [{-rank}, {rank}) for a rank-{rank} input, got {describe(axis)}")
+    distinct = {a % rank for a in axes} if rank else set(axes)
+    if len(distinct) != len(axes):
+        raise ValueError(f"axis: expected {what}, got {describe(axis)}")
     return int(axis) if is_int(axis) else [int(a) for a in axes]
+
+
+def _bool_tensor(mask: Any, like: tf.Tensor) -> tf.Tensor:
+    """``mask`` as a boolean tensor broadcastable to ``like`` without raising its rank."""
+    what = f"a boolean tensor broadcastable to x's shape {like.shape}"
+    try:
+        mask = tf.convert_to_tensor(mask)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"mask: expected {what}, got {describe(mask)}") from error
+    if mask.dtype != tf.bool:
+        raise TypeError(f"mask: expected {what} (use e.g. mask > 0), got dtype {mask.dtype.name}")
+    try:
+        shape = tf.broadcast_static_shape(like.shape, mask.shape)
+    except ValueError as error:
+        raise ValueError(f"mask: expected {what}, got shape {mask.shape}") from error
+    if shape.rank is not None and like.shape.rank is not None and shape.rank > like.shape.rank:
+        raise ValueError(f"mask: expected {what} (at most rank {like.shape.rank}), got shape {mask.shape}")
+    return mask
 
 
 def _is_tensor_like(value: Any) -> bool:
@@ -154,7 +174,8 @@ def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> tf.Tensor:
     Raises:
         TypeError: If ``x`` is not floating point, ``axis`` is not None/int/ints or
             ``keepdims`` is not a bool.
-        ValueError: If an axis is out of range for the rank of ``x``.
+        ValueError: If an axis is out of range for the rank of ``x``, or ``axis`` is an empty
+            list or names an axis twice.
 
     Example:
         >>> import tensorflow as tf
@@ -189,8 +210,8 @@ def masked_mean(x: Any, mask: Any, axis: Axis = None, keepdims: bool = False) ->
     Raises:
         TypeError: If ``x`` is not floating point, ``mask`` is not boolean, ``axis`` is not
             None/int/ints or ``keepdims`` is not a bool.
-        ValueError: If ``mask`` does not broadcast to the shape of ``x`` or an axis is
-            out of range.
+        ValueError: If ``mask`` does not broadcast to the shape of ``x``, or ``axis`` is out of
+            range, empty or names an axis twice.
 
     Example:
         >>> import tensorflow as tf
@@ -200,15 +221,7 @@ def masked_mean(x: Any, mask: Any, axis: Axis = None, keepdims: bool = False) ->
         [1.5, 0.0]
     """
     x = float_tensor(x, "x")
-    mask = tf.convert_to_tensor(mask)
-    if mask.dtype != tf.bool:
-        raise TypeError(f"mask: expected a boolean tensor, got dtype {mask.dtype.name}; use e.g. mask > 0")
-    try:
-        shape = tf.broadcast_static_shape(x.shape, mask.shape)
-    except ValueError as error:
-        raise ValueError(f"mask: expected a shape broadcastable to x's {x.shape}, got {mask.shape}") from error
-    if shape.rank is not None and x.shape.rank is not None and shape.rank > x.shape.rank:
-        raise ValueError(f"mask: expected at most x's rank {x.shape.rank}, got shape {mask.shape}")
+    mask = _bool_tensor(mask, x)
     axis = _check_axis(axis, x.shape.rank)
     keepdims = check_bool(keepdims, "keepdims")
     mask = tf.broadcast_to(mask, tf.shape(x))

@@ -38,10 +38,23 @@ def test_label_needs_both_image_and_metadata():
     assert squares.mean() > triangles.mean()
 
 
-def test_meta_dim_zero_gives_shape_only_labels():
-    (_, meta), labels = make_shapes(60, meta_dim=0, seed=2)
-    assert meta.shape == (60, 0)
-    assert set(np.unique(labels)) <= {0, 2, 4}
+def test_meta_dim_zero_is_refused_the_label_needs_metadata():
+    # With no metadata the label could not depend on it (and no model of chapter 6 takes it).
+    with pytest.raises(ValueError, match=r"^meta_dim: expected an int >= 1 and <= 10000, got int 0$"):
+        make_shapes(4, meta_dim=0)
+
+
+@pytest.mark.parametrize("kwargs, argument", [({"n": 10**12}, "n"), ({"image_size": 10**12}, "image_size"),
+                                              ({"meta_dim": 10**12}, "meta_dim"), ({"seed": 2**32}, "seed"),
+                                              ({"n": 10**6, "image_size": 4096}, "n")])
+def test_huge_arguments_are_refused_before_allocating(kwargs, argument):
+    with pytest.raises(ValueError, match=rf"^{argument}: expected an int >= \d+ and <= \d+"):
+        make_shapes(**{"n": 2, **kwargs})
+
+
+def test_largest_seed_is_taken():
+    (images, _), _ = make_shapes(2, image_size=16, meta_dim=1, seed=2**32 - 1)
+    assert images.shape == (2, 16, 16, 3)
 
 
 def test_class_names():

@@ -276,11 +276,11 @@ def test_bad_axis_and_keepdims():
 
 def test_masked_mean_bad_mask():
     x = tf.zeros((2, 3))
-    with pytest.raises(TypeError, match=r"^mask: expected a boolean tensor, got dtype float32"):
+    with pytest.raises(TypeError, match=r"^mask: expected a boolean tensor .*\(use e.g. mask > 0\), got dtype float32"):
         masked_mean(x, tf.ones((2, 3)))
-    with pytest.raises(ValueError, match=r"^mask: expected a shape broadcastable"):
+    with pytest.raises(ValueError, match=r"^mask: expected a boolean tensor broadcastable to x's shape \(2, 3\)"):
         masked_mean(x, tf.ones((2, 4), tf.bool))
-    with pytest.raises(ValueError, match=r"^mask: expected at most x's rank 2"):
+    with pytest.raises(ValueError, match=r"^mask: expected .* \(at most rank 2\), got shape \(1, 2, 3\)"):
         masked_mean(x, tf.ones((1, 2, 3), tf.bool))
     with pytest.raises(TypeError, match=r"^x: expected a floating-point tensor"):
         masked_mean(tf.zeros((2, 3), tf.int32), tf.ones((2, 3), tf.bool))
@@ -320,3 +320,27 @@ def test_swish_with_a_keras_weight_inside_tf_function_has_a_gradient():
 
     s = 1 / (1 + np.exp(-2.0 * x.numpy()))
     np.testing.assert_allclose(float(gradient()), np.sum(x.numpy() ** 2 * s * (1 - s)), rtol=1e-5)
+
+
+# --- issue 16: bad axes and masks get the project's message ----------------------------
+
+@pytest.mark.parametrize("fn", [logsumexp, lambda x, axis: masked_mean(x, x > 0, axis)], ids=["logsumexp", "masked_mean"])
+@pytest.mark.parametrize("axis, error", [("", TypeError), ("01", TypeError), ([], ValueError), ((), ValueError),
+                                         ({0: 1}, TypeError), ([1, -1], ValueError)])
+def test_axis_must_be_an_int_or_a_non_empty_list_of_distinct_axes(fn, axis, error):
+    # A str is a Sequence (iterated one character at a time), [] would reduce nothing (and
+    # logsumexp's squeeze then dropped every axis of size 1), [1, -1] names one axis twice.
+    with pytest.raises(error, match=r"^axis: expected None, an int or a non-empty list of distinct ints"):
+        fn(tf.ones((1, 3)), axis=axis)
+
+
+@pytest.mark.parametrize("mask", [None, {}, {"a": 1}, object(), [None], "abc"])
+def test_masked_mean_mask_that_is_no_tensor_is_named(mask):
+    with pytest.raises(TypeError, match=r"^mask: expected a boolean tensor .*, got "):
+        masked_mean(tf.ones((2, 3)), mask)
+
+
+def test_masked_mean_takes_a_keras_variable_mask_in_tf_function():
+    mask = keras.Variable([[True, False, True]], dtype="bool", trainable=False)
+    x = tf.constant([[1.0, 5.0, 3.0], [2.0, 7.0, 4.0]])
+    np.testing.assert_allclose(tf.function(masked_mean)(x, mask, axis=1), [2.0, 3.0])
