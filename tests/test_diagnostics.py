@@ -525,3 +525,11 @@ def test_gradient_helpers_refuse_targets_they_cannot_blame_on_a_layer():
         first_nonfinite_gradient(dense, X, np.full((4, 2), np.nan, "float32"), loss=loss)
     with pytest.raises(ValueError, match=r"^targets: expected arrays with the batch size of the model's output \(4\)"):
         gradient_norms(dense, X, np.zeros((3, 2), "float32"), loss=loss)
+
+
+def test_tensors_and_keras_variables_pass_the_input_checks():
+    dense, loss = keras.layers.Dense(2), keras.losses.MeanSquaredError()
+    assert check_roundtrip(dense, keras.Variable(X), fresh_process=False).ok
+    assert first_nonfinite(dense, tf.constant(X)) is None
+    assert first_nonfinite_gradient(dense, keras.Variable(X), tf.zeros((4, 2)), loss=loss) is None
+    assert check_variable_batch(dense, tf.constant(X)) == []
