@@ -80,8 +80,8 @@ def refused_ops(error: BaseException) -> list[str]:
 
 def _input_text(detail: dict[str, Any]) -> str:
     """``"an array of shape (None, 3) (float32)"`` for an interpreter's input details."""
-    shape = ", ".join("None" if size < 0 else str(size) for size in detail["shape_signature"])
-    return f"an array of shape ({shape}{',' if len(detail['shape_signature']) == 1 else ''}) ({np.dtype(detail['dtype'])})"
+    shape = tuple(None if size < 0 else int(size) for size in detail["shape_signature"])
+    return f"an array of shape {shape} ({np.dtype(detail['dtype'])})"
 
 
 def _checked_batch(inputs: Any, detail: dict[str, Any]) -> np.ndarray:
