@@ -110,14 +110,14 @@ def _check_learning_rate(value: Any) -> Any:
     return check_real(value, "learning_rate", minimum=0, dtype="float32")
 
 
-def _finite_learning_rate(learning_rate: Any) -> tf.Tensor:
-    """``learning_rate`` as a float32 tensor; a NaN or infinite one stops the step with a clear error.
+def _finite_learning_rate(learning_rate: tf.Tensor) -> tf.Tensor:
+    """``learning_rate`` (cast to a variable's dtype) if finite; a NaN or inf stops the step with a clear error.
 
     Under XLA (where the check is compiled away) a non-finite rate is replaced by 0, so the
     step leaves the weights as they were instead of making them NaN.
     """
     lr = tf.debugging.check_numerics(
-        tf.cast(learning_rate, tf.float32),
+        learning_rate,
         "learning_rate: expected a finite number from the optimizer's learning rate or schedule, got NaN or inf;"
         " the step was not applied")
     return tf.where(tf.math.is_finite(lr), lr, tf.zeros_like(lr))
@@ -146,19 +146,27 @@ class AdamW(keras.optimizers.Optimizer):
     ``unbiased_head`` still has its kernels decayed, as with Keras's ``exclude_from_weight_decay``.
 
     Args:
-        learning_rate: A float, a ``keras.optimizers.schedules.LearningRateSchedule`` or a callable.
+        learning_rate: A number >= 0 that float32 holds, a
+            ``keras.optimizers.schedules.LearningRateSchedule`` or a callable. A rate that is NaN
+            or infinite at some step (a schedule gone wrong, ``optimizer.learning_rate = nan``)
+            stops that step with ``tf.errors.InvalidArgumentError`` naming ``learning_rate``,
+            before any weight changes; under XLA, where that check is compiled away, the step
+            leaves the weights unchanged instead.
         beta_1: Decay rate of the first-moment average, in [0, 1).
         beta_2: Decay rate of the second-moment average, in [0, 1).
-        epsilon: Added to the denominator (>= 0).
-        weight_decay: Decoupled decay rate (>= 0), multiplied by the learning rate.
+        epsilon: Added to the denominator (> 0: at least float32's smallest normal number, so
+            that a zero gradient never divides 0 by 0).
+        weight_decay: Decoupled decay rate (>= 0, float32), multiplied by the learning rate.
         epsilon_placement: ``"keras"`` (epsilon-hat, as Keras and TensorFlow) or ``"paper"``.
         exclude_from_decay: Substrings of variable names (``"bias"``; not paths) not to decay.
         **kwargs: Base-optimizer arguments (``name``, ``global_clipnorm``, ``use_ema``, ...).
 
     Raises:
-        TypeError: If a number is not a real number, or ``exclude_from_decay`` not strings.
-        ValueError: If ``beta_1``/``beta_2`` are outside [0, 1), ``epsilon`` or ``weight_decay``
-            negative, or ``epsilon_placement`` unknown.
+        TypeError: If a number is not a real number (``learning_rate`` neither a schedule nor a
+            callable), or ``exclude_from_decay`` not a list or tuple of strings.
+        ValueError: If a number is NaN, infinite or beyond float32, ``learning_rate`` or
+            ``weight_decay`` negative, ``beta_1``/``beta_2`` outside [0, 1), ``epsilon`` not
+            positive, a word of ``exclude_from_decay`` empty, or ``epsilon_placement`` unknown.
 
     Example:
         >>> variable = keras.Variable([1.0, 2.0, 3.0, 4.0])
@@ -200,7 +208,7 @@ class AdamW(keras.optimizers.Optimizer):
         """Decay ``variable``, then take one Adam step with ``gradient``."""
         index = self._get_variable_index(variable)
         dtype = variable.dtype
-        lr = ops.cast(_finite_learning_rate(learning_rate), dtype)
+        lr = _finite_learning_rate(ops.cast(learning_rate, dtype))
         gradient = ops.cast(gradient, dtype)
         step = ops.cast(self.iterations + 1, dtype)
         beta_1_power = ops.power(ops.cast(self.beta_1, dtype), step)
@@ -785,8 +793,8 @@ class MagnitudePruning(keras.callbacks.Callback):
                  frequency: int = 100, include: Sequence[str] = ("kernel",)) -> None:
         super().__init__()
         self.target_sparsity = check_fraction(target_sparsity, "target_sparsity", below_one=True)
-        self.begin_step = check_int(begin_step, "begin_step", minimum=0)
-        self.end_step = check_int(end_step, "end_step", minimum=self.begin_step + 1)
+        self.begin_step = check_int(begin_step, "begin_step", minimum=0, maximum=MAX_STEP - 1)
+        self.end_step = check_int(end_step, "end_step", minimum=self.begin_step + 1, maximum=MAX_STEP)
         self.frequency = check_int(frequency, "frequency", minimum=1)
         self.include = _check_words(include, "include", min_length=1)
         self.step, self.masks = 0, {}

@@ -8,7 +8,8 @@ from companion import optimizers as opt
 
 F32 = float(np.finfo("float32").max)
 TINY = float(np.finfo("float32").tiny)
-STEP = Int(0, 2**63 - 1)  # optimizer steps are int64
+STEP = Kind("a step (int64)", Int(0, 2**63 - 2).accepts, extra_bad=(2**64,))  # Keras counts steps in int64
+LAST_STEP = Kind("a last step (int64)", Int(1, 2**63 - 1).accepts, extra_bad=(2**64,))
 NOISE_STDDEV = Real(0, F32 / 8)  # |noise| < 8 standard deviations: stddev * noise stays finite
 BELOW_ONE = Kind("a number in [0, 1)", lambda v: Real(0, 1).accepts(v) and v < 1)
 UP_TO_ONE = Real(maximum=1, above=0)
@@ -71,17 +72,17 @@ CASES = [
           "record_update_norms": Bool(), "name": NAME}),
     Case("Lookahead", opt.Lookahead,
          lambda: {"optimizer": keras.optimizers.SGD(), "sync_period": 5, "slow_step_size": 0.5, "name": None},
-         {"optimizer": OPTIMIZER, "sync_period": Int(1, 2**63 - 1), "slow_step_size": UP_TO_ONE, "name": NAME}),
+         {"optimizer": OPTIMIZER, "sync_period": LAST_STEP, "slow_step_size": UP_TO_ONE, "name": NAME}),
     Case("UpdateNormLogger", opt.UpdateNormLogger, lambda: {"optimizer": _recording()}, {"optimizer": RECORDER}),
     Case("polynomial_sparsity", opt.polynomial_sparsity,
          {"step": 5, "target_sparsity": 0.8, "begin_step": 0, "end_step": 10, "initial_sparsity": 0.0, "power": 3.0},
-         {"step": STEP, "target_sparsity": BELOW_ONE, "begin_step": STEP, "end_step": Int(1, 2**63 - 1),
+         {"step": STEP, "target_sparsity": BELOW_ONE, "begin_step": STEP, "end_step": LAST_STEP,
           "initial_sparsity": BELOW_ONE, "power": Real(0, F32, above=0)},
          names={"begin_step": ("begin_step", "end_step")}),
     Case("sparsity", opt.sparsity, {"variables": [np.zeros(2)]}, {"variables": VARIABLES}),
     Case("MagnitudePruning", opt.MagnitudePruning,
          {"target_sparsity": 0.5, "begin_step": 0, "end_step": 10, "frequency": 2, "include": ("kernel",)},
-         {"target_sparsity": BELOW_ONE, "begin_step": Int(0), "end_step": Int(1), "frequency": Int(1),
+         {"target_sparsity": BELOW_ONE, "begin_step": STEP, "end_step": LAST_STEP, "frequency": Int(1),
           "include": Seq(Str())},
          names={"begin_step": ("begin_step", "end_step")}),
 ]
