@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from companion._checks import check_int, check_real, describe
+from companion._checks import (check_bool, check_callable, check_choice, check_instance, check_int, check_path,
+                               check_real, check_seed, check_sequence, check_str, describe)
 
 #: Problem sizes per device type (``default_sizes``): modest on a CPU, so that the book's cells
 #: and ``make bench`` stay quick on 2 cores; larger on a GPU, where small problems measure
@@ -38,6 +39,15 @@ SIZES = {
     "GPU": {"image_sizes": (64, 128, 256, 512), "batch_size": 64, "image_size": 128, "examples": 2048,
             "batch_sizes": (32, 128, 512), "per_image_size": 32},
 }
+#: Limits that refuse a count or size that would run for days or exhaust memory, before any work.
+MAX_REPEATS = 1000  # timed repeats, rounds and warm-up calls
+MAX_CALLS = 10**6  # calls per repeat (``time_call``'s ``number``), for calls of a microsecond
+MAX_TARGET = 60.0  # seconds one round of a call may last (``compare``)
+MAX_IMAGE_SIZE = 4096  # image height = width
+MAX_BATCH_BYTES = 2**30  # float32 RGB images of one batch (or one pipeline's epoch): 1 GiB
+MAX_EPOCHS = 100  # epochs per timed call of ``training_loop_vs_fit``
+MAX_EXAMPLES = 65536  # training examples of ``training_loop_vs_fit``
+MAX_STEPS = 10_000  # steps per timed repeat of ``adamw_step_time``
 #: ``python -m companion.bench --quick``: tiny sizes that check the whole run in seconds.
 QUICK_SIZES = {"image_sizes": (16, 32), "batch_size": 2, "image_size": 16, "examples": 8, "batch_sizes": (4,),
                "per_image_size": 8}
@@ -95,9 +105,9 @@ def time_call(
     Args:
         fn: The function to time.
         *args: Its arguments (the same for every call).
-        repeats: Timed repeats (>= 1); the median over them is the result.
-        number: Calls per repeat (>= 1); raise it for calls far below a millisecond.
-        warmup: Untimed calls first (>= 0).
+        repeats: Timed repeats (1 to ``MAX_REPEATS``); the median over them is the result.
+        number: Calls per repeat (1 to ``MAX_CALLS``); raise it for calls far below a millisecond.
+        warmup: Untimed calls first (0 to ``MAX_REPEATS``).
         device: A TensorFlow device string such as ``"/CPU:0"`` or ``"/GPU:0"`` to run under
             (``tf.device``); ``None`` leaves placement to TensorFlow.
 
@@ -114,11 +124,10 @@ def time_call(
         >>> timing.median >= 0.001, timing.repeats
         (True, 3)
     """
-    if not callable(fn):
-        raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
-    repeats = check_int(repeats, "repeats", minimum=1)
-    number = check_int(number, "number", minimum=1)
-    warmup = check_int(warmup, "warmup", minimum=0)
+    check_callable(fn, "fn")
+    repeats = _check_repeats(repeats)
+    number = check_int(number, "number", minimum=1, maximum=MAX_CALLS)
+    warmup = check_int(warmup, "warmup", minimum=0, maximum=MAX_REPEATS)
     with _device_scope(device):
         for _ in range(warmup):
             fetch(fn(*args))
@@ -139,28 +148,31 @@ def _timing(times: list[float], number: int, device: str | None) -> Timing:
     return Timing(median, min(times), spread, len(times), number, device)
 
 
+def _check_repeats(repeats: Any) -> int:
+    return check_int(repeats, "repeats", minimum=1, maximum=MAX_REPEATS)
+
+
 def _device_scope(device: str | None) -> Any:
     """``tf.device(device)`` after checking that TensorFlow has that device; a no-op for None."""
     import contextlib
 
     if device is None:
         return contextlib.nullcontext()
-    if not isinstance(device, str):
-        raise TypeError(f"device: expected a device string such as '/CPU:0', got {type(device).__name__}")
+    check_str(device, "device", "a device string such as '/CPU:0'")
     import tensorflow as tf
 
     known = [tf.DeviceSpec.from_string(d.name) for d in tf.config.list_logical_devices()]
     try:
         wanted = tf.DeviceSpec.from_string(device if device.startswith("/") else "/" + device)
     except ValueError as error:
-        raise ValueError(f"device: expected a device string such as '/GPU:0', got {device!r}") from error
+        raise ValueError(f"device: expected a device string such as '/GPU:0', got {describe(device)}") from error
     if not any(
         (k.device_type or "").upper() == (wanted.device_type or "").upper()
         and wanted.device_index in (None, k.device_index)
         for k in known
     ):
         names = [k.to_string() for k in known]
-        raise ValueError(f"device: expected one of the devices TensorFlow has, {names}, got {device!r}")
+        raise ValueError(f"device: expected one of the devices TensorFlow has, {names}, got {describe(device)}")
     return tf.device(device)
 
 
@@ -216,12 +228,12 @@ def training_loop_vs_fit(
 
     Args:
         model: ``"chapter 7"`` or ``"mlp"``.
-        examples: Training examples per epoch (>= batch_size); None: the model's default
-            (``LOOP_MODELS``).
+        examples: Training examples per epoch (batch_size to ``MAX_EXAMPLES``); None: the
+            model's default (``LOOP_MODELS``).
         batch_size: Examples per step (>= 1); None: the model's default.
-        epochs: Epochs per timed call (>= 1).
-        repeats: Timed calls of each (>= 1); the medians are reported.
-        seed: Seed of the data and of the initial weights.
+        epochs: Epochs per timed call (1 to ``MAX_EPOCHS``).
+        repeats: Timed calls of each (1 to ``MAX_REPEATS``); the medians are reported.
+        seed: Seed of the data and of the initial weights (0 to ``2**32 - 1``).
 
     Returns:
         A dict with ``name``, ``ratio`` (custom / fit throughput), ``custom_median`` and
@@ -229,20 +241,19 @@ def training_loop_vs_fit(
         and the ``settings`` (``jit_compile`` included).
 
     Raises:
+        TypeError: If an argument has the wrong type.
         ValueError: If ``model`` is not one of ``LOOP_MODELS`` or a number is out of range.
     """
     import keras
 
     from companion.training import fit
 
-    if model not in LOOP_MODELS:
-        raise ValueError(f"model: expected one of {sorted(LOOP_MODELS)}, got {describe(model)}")
-    default_examples, default_batch = LOOP_MODELS[model]
-    batch_size = check_int(_setting(batch_size, default_batch), "batch_size", minimum=1)
-    examples = check_int(_setting(examples, default_examples), "examples", minimum=batch_size)
-    epochs = check_int(epochs, "epochs", minimum=1)
-    repeats = check_int(repeats, "repeats", minimum=1)
-    seed = check_int(seed, "seed", minimum=0)
+    default_examples, default_batch = LOOP_MODELS[check_choice(model, "model", tuple(LOOP_MODELS))]
+    batch_size = check_int(_setting(batch_size, default_batch), "batch_size", minimum=1, maximum=MAX_EXAMPLES)
+    examples = check_int(_setting(examples, default_examples), "examples", minimum=batch_size, maximum=MAX_EXAMPLES)
+    epochs = check_int(epochs, "epochs", minimum=1, maximum=MAX_EPOCHS)
+    repeats = _check_repeats(repeats)
+    seed = check_seed(seed)
 
     data, make_model, loss = _loop_problem(model, examples, seed)
     data = data.batch(batch_size).cache()
@@ -285,14 +296,18 @@ def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, 
     above 1 slower (the goal is <= 1.10).
 
     Args:
-        batch_size: Examples per step (>= 1).
-        steps: Steps per timed repeat (>= 1).
-        repeats: Timed repeats of each (>= 1); the medians are reported.
-        seed: Seed of the data and of the initial weights.
+        batch_size: Examples per step (>= 1, at most ``MAX_BATCH_BYTES`` of 32x32 images).
+        steps: Steps per timed repeat (1 to ``MAX_STEPS``).
+        repeats: Timed repeats of each (1 to ``MAX_REPEATS``); the medians are reported.
+        seed: Seed of the data and of the initial weights (0 to ``2**32 - 1``).
 
     Returns:
         A dict with ``name``, ``ratio`` (companion / Keras step time), ``custom_median`` and
         ``reference_median`` (ms per step), ``unit``, ``device``, ``versions`` and ``settings``.
+
+    Raises:
+        TypeError: If an argument is not an int.
+        ValueError: If it is out of range.
     """
     import keras
     import tensorflow as tf
@@ -301,10 +316,10 @@ def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, 
     from companion.models import functional_multimodal
     from companion.optimizers import DEFAULT_EXCLUDE, AdamW
 
-    batch_size = check_int(batch_size, "batch_size", minimum=1)
-    steps = check_int(steps, "steps", minimum=1)
-    repeats = check_int(repeats, "repeats", minimum=1)
-    seed = check_int(seed, "seed", minimum=0)
+    batch_size = _check_batch(batch_size, "batch_size", 32)
+    steps = check_int(steps, "steps", minimum=1, maximum=MAX_STEPS)
+    repeats = _check_repeats(repeats)
+    seed = check_seed(seed)
 
     (images, meta), labels = make_shapes(batch_size, image_size=32, meta_dim=10, seed=seed)
     batch = ((tf.constant(images), tf.constant(meta)), tf.constant(labels))
@@ -398,9 +413,9 @@ def compare(
 
     Args:
         calls: Method name -> function of no arguments (close over the inputs).
-        repeats: Rounds (>= 1); each call's median is over them.
+        repeats: Rounds (1 to ``MAX_REPEATS``); each call's median is over them.
         device: Device string to run under (as ``time_call``); ``None`` leaves placement to TensorFlow.
-        target: Seconds one round of a call should last (> 0).
+        target: Seconds one round of a call should last (> 0, at most ``MAX_TARGET``).
 
     Returns:
         Method name -> ``Timing`` (seconds per call), in the order of ``calls``.
@@ -415,8 +430,8 @@ def compare(
         True
     """
     calls = _check_calls(calls, "calls")
-    repeats = check_int(repeats, "repeats", minimum=1)
-    target = check_real(target, "target", above=0)
+    repeats = _check_repeats(repeats)
+    target = check_real(target, "target", above=0, maximum=MAX_TARGET)
     with _device_scope(device):
         for call in calls.values():
             fetch(call())
@@ -432,10 +447,14 @@ def compare(
 
 
 def _check_calls(calls: Any, name: str) -> dict[str, Callable[..., Any]]:
-    if not isinstance(calls, Mapping) or not all(callable(call) for call in calls.values()):
-        raise TypeError(f"{name}: expected a mapping of names to callables, got {describe(calls)}")
+    """``calls`` as a dict if it is a non-empty mapping of str names to callables."""
+    what = "a non-empty mapping of names to callables"
+    check_instance(calls, name, Mapping, what)
     if not calls:
-        raise ValueError(f"{name}: expected at least one entry, got an empty {type(calls).__name__}")
+        raise ValueError(f"{name}: expected {what}, got {describe(calls)}")
+    for key, call in calls.items():
+        check_instance(key, f"{name}[{key!r}]", str, "a str name")
+        check_callable(call, f"{name}[{key!r}]")
     return dict(calls)
 
 
@@ -491,27 +510,41 @@ def default_blur_methods() -> dict[str, Callable[..., Any]]:
 
 def _check_methods(methods: Mapping[str, Callable[..., Any]] | None, reference: str) -> dict[str, Callable[..., Any]]:
     methods = default_blur_methods() if methods is None else _check_calls(methods, "methods")
-    if reference not in methods:
-        raise ValueError(f"reference: expected one of the methods {list(methods)}, got {describe(reference)}")
+    check_choice(reference, "reference", tuple(methods))
     return methods
 
 
+def _check_run(device: str | None, repeats: int, seed: int, progress: bool) -> str:
+    """Check the arguments every experiment shares; return the device (``None``: ``default_device()``)."""
+    _check_repeats(repeats)
+    check_seed(seed)
+    check_bool(progress, "progress")
+    return _resolve(device)
+
+
 def _blur_settings(
-    methods: Mapping[str, Callable[..., Any]] | None, reference: str, device: str | None,
+    methods: Mapping[str, Callable[..., Any]] | None, reference: str, device: str,
     image_sizes: Sequence[int] | None, batch_size: int | None,
-) -> tuple[str, dict[str, Callable[..., Any]], tuple[int, ...], int]:
-    """The blur experiments' arguments checked, with the device's default sizes for ``None``."""
-    device = _resolve(device)
+) -> tuple[dict[str, Callable[..., Any]], tuple[int, ...], int]:
+    """The blur experiments' methods and sizes checked, with ``device``'s default sizes for ``None``."""
     sizes = default_sizes(device)
-    return (device, _check_methods(methods, reference),
-            _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes"),
-            check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1))
+    methods = _check_methods(methods, reference)
+    image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
+    return methods, image_sizes, _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", max(image_sizes))
+
+
+def _check_image_size(size: Any, name: str) -> int:
+    return check_int(size, name, minimum=8, maximum=MAX_IMAGE_SIZE)
 
 
 def _check_sizes(sizes: Any, name: str) -> tuple[int, ...]:
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes:
-        raise TypeError(f"{name}: expected a non-empty sequence of ints >= 8, got {describe(sizes)}")
-    return tuple(check_int(size, name, minimum=8) for size in sizes)
+    what = f"a non-empty list or tuple of ints >= 8 and <= {MAX_IMAGE_SIZE}"
+    return check_sequence(sizes, name, what, item=_check_image_size)
+
+
+def _check_batch(count: Any, name: str, image_size: int, minimum: int = 1) -> int:
+    """``count`` images of ``image_size`` (float32 RGB): at least ``minimum``, at most ``MAX_BATCH_BYTES``."""
+    return check_int(count, name, minimum=minimum, maximum=max(minimum, MAX_BATCH_BYTES // (image_size**2 * 12)))
 
 
 def _setting(value: Any, default: Any) -> Any:
@@ -550,13 +583,15 @@ def blur_op(
 
     Args:
         methods: Name -> blur ``fn(images)`` (NHWC float32); ``None``: ``default_blur_methods()``.
-        image_sizes: Image heights = widths (ints >= 8); ``None``: ``default_sizes(device)``.
-        batch_size: Images per batch (>= 1); ``None``: the device's default.
+        image_sizes: Image heights = widths (a list of ints from 8 to ``MAX_IMAGE_SIZE``);
+            ``None``: ``default_sizes(device)``.
+        batch_size: Images per batch (>= 1, at most ``MAX_BATCH_BYTES`` of the largest images);
+            ``None``: the device's default.
         reference: The method every ratio divides by.
         device: Device string; ``None``: ``default_device()``.
-        repeats: Alternating rounds (>= 1).
-        seed: Seed of the random images.
-        progress: Print each row as it is measured.
+        repeats: Alternating rounds (1 to ``MAX_REPEATS``).
+        seed: Seed of the random images (0 to ``2**32 - 1``).
+        progress: Print each row as it is measured (a bool).
 
     Returns:
         One row per image size (name ``"blur op"``); ``ratio[m]`` = median of m / median of ``reference``.
@@ -571,7 +606,8 @@ def blur_op(
     """
     import tensorflow as tf
 
-    device, methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
+    device = _check_run(device, repeats, seed, progress)
+    methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
     graphs = {name: tf.function(method) for name, method in methods.items()}
     rows = []
     for size in image_sizes:
@@ -636,7 +672,8 @@ def blur_in_model(
     """
     import tensorflow as tf
 
-    device, methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
+    device = _check_run(device, repeats, seed, progress)
+    methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
     rows = []
     for size in image_sizes:
         with tf.device(device):
@@ -694,8 +731,9 @@ def blur_pipeline(
         repeats: As in ``blur_op``.
         seed: As in ``blur_op``.
         progress: As in ``blur_op``.
-        image_size: Image height = width (>= 8); ``None``: the device's default.
-        examples: Images per epoch (>= batch_size); ``None``: the device's default.
+        image_size: Image height = width (8 to ``MAX_IMAGE_SIZE``); ``None``: the device's default.
+        examples: Images per epoch (>= batch_size, at most ``MAX_BATCH_BYTES`` of images);
+            ``None``: the device's default.
         batch_size: Images per batch (>= 1); ``None``: the device's default.
 
     Returns:
@@ -711,12 +749,12 @@ def blur_pipeline(
     """
     import tensorflow as tf
 
-    device = _resolve(device)
+    device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
     methods = _check_methods(methods, reference)
-    image_size = check_int(_setting(image_size, sizes["image_size"]), "image_size", minimum=8)
-    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
-    examples = check_int(_setting(examples, sizes["examples"]), "examples", minimum=batch_size)
+    image_size = _check_image_size(_setting(image_size, sizes["image_size"]), "image_size")
+    batch_size = _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", image_size)
+    examples = _check_batch(_setting(examples, sizes["examples"]), "examples", image_size, minimum=batch_size)
     images = _random_images(examples, image_size, seed)
     labels = np.random.default_rng(seed).integers(0, 10, examples)
     with tf.device(device):
@@ -767,8 +805,8 @@ def training_step_modes(
     does more work per op, and XLA's fusion has less to save there.
 
     Args:
-        models: Which models: ``"mlp"`` and/or ``"cnn"``.
-        image_size: Image height = width (>= 8); ``None``: the device's default.
+        models: Which models: a list or tuple of ``"mlp"`` and/or ``"cnn"``.
+        image_size: Image height = width (8 to ``MAX_IMAGE_SIZE``); ``None``: the device's default.
         batch_size: Examples per step (>= 1); ``None``: the device's default.
         device: As in ``blur_op``.
         repeats: As in ``blur_op``.
@@ -788,12 +826,12 @@ def training_step_modes(
     """
     import tensorflow as tf
 
-    device = _resolve(device)
+    device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
-    if isinstance(models, str) or not isinstance(models, Sequence) or not set(models) <= {"mlp", "cnn"} or not models:
-        raise ValueError(f"models: expected a non-empty sequence of 'mlp' and 'cnn', got {describe(models)}")
-    image_size = check_int(_setting(image_size, sizes["image_size"]), "image_size", minimum=8)
-    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
+    models = check_sequence(models, "models", "a non-empty list or tuple of 'mlp' and 'cnn'",
+                            item=lambda kind, name: check_choice(kind, name, ("mlp", "cnn")))
+    image_size = _check_image_size(_setting(image_size, sizes["image_size"]), "image_size")
+    batch_size = _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", image_size)
     x = _on(device, _random_images(batch_size, image_size, seed))
     y = _on(device, np.random.default_rng(seed).integers(0, 10, batch_size))
     rows = []
@@ -857,8 +895,8 @@ def per_example_vs_batched(
     batched ops; the batched version is written that way. The reference is ``"batched op"``.
 
     Args:
-        batch_sizes: Images per batch (ints >= 1); ``None``: the device's default.
-        image_size: Image height = width (>= 8); ``None``: the device's default ``per_image_size``
+        batch_sizes: Images per batch (a list of ints >= 1); ``None``: the device's default.
+        image_size: Image height = width (8 to ``MAX_IMAGE_SIZE``); ``None``: the device's default ``per_image_size``
             (small images: the per-op cost is what differs between the three).
         device: As in ``blur_op``.
         repeats: As in ``blur_op``.
@@ -878,13 +916,12 @@ def per_example_vs_batched(
     """
     import tensorflow as tf
 
-    device = _resolve(device)
+    device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
-    batch_sizes = _setting(batch_sizes, sizes["batch_sizes"])
-    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Sequence) or not batch_sizes:
-        raise TypeError(f"batch_sizes: expected a non-empty sequence of ints >= 1, got {describe(batch_sizes)}")
-    batch_sizes = tuple(check_int(size, "batch_sizes", minimum=1) for size in batch_sizes)
-    image_size = check_int(_setting(image_size, sizes["per_image_size"]), "image_size", minimum=8)
+    image_size = _check_image_size(_setting(image_size, sizes["per_image_size"]), "image_size")
+    batch_sizes = check_sequence(_setting(batch_sizes, sizes["batch_sizes"]), "batch_sizes",
+                                 "a non-empty list or tuple of ints >= 1",
+                                 item=lambda size, name: _check_batch(size, name, image_size))
     graphs = {name: tf.function(method) for name, method in PER_EXAMPLE_METHODS.items()}
     rows = []
     for batch_size in batch_sizes:
@@ -913,11 +950,11 @@ def compiled_blur_vs_opencv(
     loads the op's library (compiling it if it is not cached), before any timing.
 
     Args:
-        image_sizes: Image heights = widths (ints >= 8); ``None``: ``default_sizes("/CPU:0")``.
-        batch_size: Images per batch (>= 1); ``None``: the CPU default.
-        repeats: Alternating rounds (>= 1).
-        seed: Seed of the random images.
-        progress: Print each row as it is measured.
+        image_sizes: As in ``blur_op``; ``None``: ``default_sizes("/CPU:0")``.
+        batch_size: As in ``blur_op``; ``None``: the CPU default.
+        repeats: As in ``blur_op``.
+        seed: As in ``blur_op``.
+        progress: As in ``blur_op``.
 
     Returns:
         One row per image size (name ``"compiled blur"``, reference ``"OpenCV"``); the goal of
@@ -930,9 +967,9 @@ def compiled_blur_vs_opencv(
     from companion.kernels import cpp_blur
     from companion.pyfunc import cv2_blur
 
-    sizes = default_sizes("/CPU:0")
+    sizes = default_sizes(_check_run("/CPU:0", repeats, seed, progress))
     image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
-    batch_size = check_int(_setting(batch_size, sizes["batch_size"]), "batch_size", minimum=1)
+    batch_size = _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", max(image_sizes))
     rows = []
     for size in image_sizes:
         images = _random_images(batch_size, size, seed)
@@ -943,10 +980,31 @@ def compiled_blur_vs_opencv(
     return rows
 
 
+#: What every experiment row holds (``rows_table`` and ``rows_to_entries`` read them all).
+ROW_KEYS = ("name", "device", "sizes", "medians", "spreads", "reference", "ratio")
+
+
+def _check_rows(rows: Any) -> tuple[Mapping[str, Any], ...]:
+    return check_sequence(rows, "rows", "a list or tuple of experiment rows", min_length=0, item=_check_row)
+
+
+def _check_row(row: Any, name: str) -> Mapping[str, Any]:
+    what = f"an experiment row (a dict with {', '.join(ROW_KEYS)})"
+    check_instance(row, name, Mapping, what)
+    if not set(ROW_KEYS) <= set(row) or not all(isinstance(row[key], Mapping) for key in ("sizes", "medians", "spreads", "ratio")):
+        raise ValueError(f"{name}: expected {what}, got {describe(row)}")
+    return row
+
+
 def rows_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Experiment rows as a text table: one line per method, median in ms, spread, ratio."""
+    """Experiment rows as a text table: one line per method, median in ms, spread, ratio.
+
+    Raises:
+        TypeError, ValueError: If ``rows`` is not a list or tuple of experiment rows (none is fine).
+    """
     from companion.notebook import format_table
 
+    rows = _check_rows(rows)
     lines = [(row["name"], _describe_sizes(row["sizes"]), method, f"{median * 1e3:.3g}",
               f"{row['spreads'][method]:.0%}", f"{row['ratio'][method]:.2f}")
              for row in rows for method, median in row["medians"].items()]
@@ -954,10 +1012,14 @@ def rows_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def rows_to_entries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``make bench`` entries from experiment rows: one per method other than the row's reference."""
+    """``make bench`` entries from experiment rows: one per method other than the row's reference.
+
+    Raises:
+        TypeError, ValueError: If ``rows`` is not a list or tuple of experiment rows (none is fine).
+    """
     return [_entry(f"{method} / {row['reference']}: {row['name']} ({_describe_sizes(row['sizes'])})",
                    median * 1e3, row["medians"][row["reference"]] * 1e3, "ms", row["sizes"], device=row["device"])
-            for row in rows for method, median in row["medians"].items() if method != row["reference"]]
+            for row in _check_rows(rows) for method, median in row["medians"].items() if method != row["reference"]]
 
 
 def _entry(
@@ -1001,27 +1063,45 @@ def main(
 
     Args:
         argv: Command-line arguments (``--output``, ``--repeats``, ``--examples``, ``--epochs``,
-            ``--device``, ``--quick``); None reads ``sys.argv``.
+            ``--device``, ``--quick``), a list of str; None reads ``sys.argv``.
         blur_methods: The blurs to compare, name -> ``fn(images)``; ``None``:
             ``default_blur_methods()``. Must include ``"native"``, the reference.
 
     Returns:
         The entries written to the JSON file, one per measure.
+
+    Raises:
+        TypeError: If ``argv`` is not a list of str or ``blur_methods`` not a mapping of callables.
+        ValueError: If ``blur_methods`` is empty or has no ``"native"``.
+        SystemExit: For an unknown flag or a bad flag value (argparse's usage and message,
+            exit status 2), before anything runs.
     """
     import argparse
     import json
-    from pathlib import Path
 
     from companion.notebook import format_table
 
+    if argv is not None:
+        argv = list(check_sequence(argv, "argv", "a list or tuple of str (command-line arguments) or None",
+                                   min_length=0, item=lambda text, name: check_instance(text, name, str, "a str")))
+    if blur_methods is not None:
+        blur_methods = _check_calls(blur_methods, "blur_methods")
+        if "native" not in blur_methods:
+            raise ValueError(f"blur_methods: expected a mapping of names to blurs that includes 'native' (the "
+                             f"reference), got {describe(blur_methods)}")
     parser = argparse.ArgumentParser(prog="python -m companion.bench", description=main.__doc__.splitlines()[0])
-    parser.add_argument("--output", default="_build/bench.json", help="JSON file to write (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=5, help="runs of each side (default: %(default)s)")
-    parser.add_argument("--examples", type=int, default=None,
+    parser.add_argument("--output", default="_build/bench.json", type=_flag(lambda text: check_path(text, "--output")),
+                        help="JSON file to write (default: %(default)s)")
+    parser.add_argument("--repeats", type=_int_flag("--repeats", 1, MAX_REPEATS), default=5,
+                        help="runs of each side (default: %(default)s)")
+    parser.add_argument("--examples", type=_int_flag("--examples", max(batch for _, batch in LOOP_MODELS.values()),
+                                                     MAX_EXAMPLES), default=None,
                         help="training examples of the loop benchmarks (default: 1024 for chapter 7's model, "
                              "4096 for the MLP)")
-    parser.add_argument("--epochs", type=int, default=5, help="epochs per timed fit call (default: %(default)s)")
-    parser.add_argument("--device", default=None, help="device string, e.g. /CPU:0 (default: GPU if any, else CPU)")
+    parser.add_argument("--epochs", type=_int_flag("--epochs", 1, MAX_EPOCHS), default=5,
+                        help="epochs per timed fit call (default: %(default)s)")
+    parser.add_argument("--device", type=_flag(_resolve), default=None,
+                        help="device string, e.g. /CPU:0 (default: GPU if any, else CPU)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the whole run")
     args = parser.parse_args(argv)
 
@@ -1060,11 +1140,37 @@ def main(
              e["name"]) for e in entries]
     print(f"device: {device}; ratio = custom / reference")
     print(format_table(rows, ["ratio", "custom", "reference", "unit", "measure"]))
-    output = Path(args.output)
+    output = args.output
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(entries, indent=2) + "\n")
     print(f"written to {output}")
     return entries
+
+
+def _flag(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type``: ``check(text)``, its TypeError or ValueError reported as argparse's error.
+
+    The message loses its leading ``"<name>: "``: argparse says ``argument --flag:`` itself.
+    """
+    import argparse
+
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except (TypeError, ValueError) as error:
+            raise argparse.ArgumentTypeError(str(error).split(": ", 1)[-1]) from error
+
+    return parse
+
+
+def _int_flag(flag: str, minimum: int, maximum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for an int flag in ``[minimum, maximum]`` (a word is reported as a str)."""
+
+    def check(text: str) -> int:
+        value = int(text) if text.strip().lstrip("+-").isdigit() else text
+        return check_int(value, flag, minimum=minimum, maximum=maximum)
+
+    return _flag(check)
 
 
 if __name__ == "__main__":

@@ -68,13 +68,15 @@ def test_device_argument_places_the_ops():
         ({"number": 1.5}, TypeError, "^number: expected an int >= 1"),
         ({"warmup": -1}, ValueError, "^warmup: expected an int >= 0"),
         ({"device": "/TPU:7"}, ValueError, "^device: expected one of the devices"),
-        ({"device": 0}, TypeError, "^device: expected a device string"),
+        ({"device": 0}, TypeError, "^device: expected a device string such as '/CPU:0', got int 0$"),
+        ({"device": "/TPU:7"}, ValueError, "got str '/TPU:7'$"),
+        ({"device": ""}, ValueError, "^device: expected a device string"),
     ],
 )
 def test_bad_input_is_rejected_naming_the_argument(kwargs, error, match):
     with pytest.raises(error, match=match):
         time_call(lambda: None, **kwargs)
-    with pytest.raises(TypeError, match="^fn: expected a callable"):
+    with pytest.raises(TypeError, match="^fn: expected a callable, got str 'not callable'$"):
         time_call("not callable")
 
 
@@ -123,7 +125,7 @@ def test_training_loop_vs_fit_rejects_bad_settings():
         training_loop_vs_fit(examples=10)
     with pytest.raises(ValueError, match="^examples: expected an int >= 128"):
         training_loop_vs_fit(model="mlp", examples=64)
-    with pytest.raises(ValueError, match=r"^model: expected one of \['chapter 7', 'mlp'\], got str 'resnet'"):
+    with pytest.raises(ValueError, match=r"^model: expected one of 'chapter 7', 'mlp', got str 'resnet'$"):
         training_loop_vs_fit(model="resnet")
 
 
@@ -192,9 +194,10 @@ def test_compare_alternates_and_keeps_the_ratio_of_known_durations():
 @pytest.mark.parametrize(
     "calls, kwargs, error, match",
     [
-        ({}, {}, ValueError, "^calls: expected at least one entry"),
-        ([lambda: None], {}, TypeError, "^calls: expected a mapping of names to callables"),
-        ({"a": 1}, {}, TypeError, "^calls: expected a mapping of names to callables"),
+        ({}, {}, ValueError, r"^calls: expected a non-empty mapping of names to callables, got dict \{\}$"),
+        ([lambda: None], {}, TypeError, "^calls: expected a non-empty mapping of names to callables, got list"),
+        ({"a": 1}, {}, TypeError, r"^calls\['a'\]: expected a callable, got int 1$"),
+        ({1: print}, {}, TypeError, r"^calls\[1\]: expected a str name, got int 1$"),
         ({"a": lambda: None}, {"target": 0}, ValueError, "^target: expected a finite number > 0"),
         ({"a": lambda: None}, {"repeats": 0}, ValueError, "^repeats: expected an int >= 1"),
         ({"a": lambda: None}, {"device": "/CPU:9"}, ValueError, "^device: expected one of the devices"),
@@ -215,7 +218,7 @@ def test_default_sizes_scale_with_the_device():
     with pytest.raises(TypeError, match="^device: expected a device string"):
         default_sizes(0)
     if not tf.config.list_physical_devices("GPU"):
-        with pytest.raises(ValueError, match=r"^device: expected one of the devices TensorFlow has, .*got '/GPU:0'"):
+        with pytest.raises(ValueError, match=r"^device: expected one of the devices TensorFlow has, .*got str '/GPU:0'$"):
             blur_op(device="/GPU:0", image_sizes=[8], batch_size=1, repeats=1)
 
 
@@ -289,20 +292,20 @@ def test_rows_table_and_entries():
 @pytest.mark.parametrize(
     "run, error, match",
     [
-        (lambda: blur_op(image_sizes=[4], device="/CPU:0"), ValueError, "^image_sizes: expected an int >= 8, got int 4"),
-        (lambda: blur_op(image_sizes=64, device="/CPU:0"), TypeError, "^image_sizes: expected a non-empty sequence"),
+        (lambda: blur_op(image_sizes=[4], device="/CPU:0"), ValueError,
+         r"^image_sizes\[0\]: expected an int >= 8 and <= 4096, got int 4$"),
+        (lambda: blur_op(image_sizes=64, device="/CPU:0"), TypeError, "^image_sizes: expected a non-empty list"),
         (lambda: blur_op(batch_size=0, device="/CPU:0"), ValueError, "^batch_size: expected an int >= 1"),
         (lambda: blur_op(reference="opencv", device="/CPU:0"), ValueError,
-         r"^reference: expected one of the methods \['py_function', 'native'\], got str 'opencv'"),
+         r"^reference: expected one of 'py_function', 'native', got str 'opencv'$"),
         (lambda: blur_in_model({"x": "not callable"}, device="/CPU:0"), TypeError,
-         "^methods: expected a mapping of names to callables"),
+         r"^methods\['x'\]: expected a callable, got str 'not callable'$"),
         (lambda: blur_pipeline(examples=2, batch_size=4, device="/CPU:0"), ValueError,
          "^examples: expected an int >= 4"),
         (lambda: training_step_modes(models=["rnn"], device="/CPU:0"), ValueError,
-         "^models: expected a non-empty sequence of 'mlp' and 'cnn'"),
-        (lambda: training_step_modes(models="mlp", device="/CPU:0"), ValueError, "^models: expected"),
+         r"^models\[0\]: expected one of 'mlp', 'cnn', got str 'rnn'$"),
         (lambda: per_example_vs_batched(batch_sizes="8", device="/CPU:0"), TypeError,
-         "^batch_sizes: expected a non-empty sequence"),
+         "^batch_sizes: expected a non-empty list"),
         (lambda: per_example_vs_batched(batch_sizes=[8], image_size=2.0, device="/CPU:0"), TypeError,
          "^image_size: expected an int >= 8"),
     ],
@@ -322,5 +325,136 @@ def test_compiled_blur_vs_opencv_rows_divide_by_opencv():
         assert list(row["medians"]) == ["C++ op", "OpenCV"] and all(m > 0 for m in row["medians"].values())
         assert row["ratio"]["OpenCV"] == 1.0
         assert row["ratio"]["C++ op"] == pytest.approx(row["medians"]["C++ op"] / row["medians"]["OpenCV"])
-    with pytest.raises(ValueError, match="image_sizes: expected an int >= 8, got int 4"):
+    with pytest.raises(ValueError, match=r"^image_sizes\[0\]: expected an int >= 8 and <= 4096, got int 4$"):
         compiled_blur_vs_opencv(image_sizes=[4])
+
+
+# --- issue 16: every argument checked, with the shared checks, before any timing work ----------
+
+
+def recording_blur(calls):
+    """A blur for ``methods`` that records each call (a benchmark that ran would call it)."""
+    return lambda images: calls.append(images.shape) or tf.identity(images)
+
+
+@pytest.mark.parametrize("run", [
+    lambda m: blur_op(m, image_sizes=[8], batch_size=1, device="/CPU:0", repeats=1, seed=2**32),
+    lambda m: blur_in_model(m, image_sizes=[8], batch_size=1, device="/CPU:0", repeats=1, seed=10**12),
+    lambda m: blur_pipeline(m, image_size=8, examples=2, batch_size=1, device="/CPU:0", repeats=1, seed=-1),
+    lambda m: blur_op(m, image_sizes=[8], batch_size=1, device="/CPU:0", repeats=1, seed=1.0),
+])
+def test_seeds_have_a_maximum_and_are_checked_before_the_benchmark_runs(run):
+    calls = []
+    with pytest.raises((TypeError, ValueError), match=r"^seed: expected an int >= 0 and <= 4294967295, got "):
+        run({"native": recording_blur(calls)})
+    assert calls == []
+
+
+def test_training_benchmarks_check_their_seed_with_a_maximum():
+    from companion.bench import adamw_step_time, training_loop_vs_fit
+
+    for run in (training_loop_vs_fit, adamw_step_time):
+        with pytest.raises(ValueError, match=r"^seed: expected an int >= 0 and <= 4294967295, got int 4294967296$"):
+            run(seed=2**32)
+
+
+@pytest.mark.parametrize("argument, value", [("repeats", 0), ("repeats", 10**12), ("progress", "yes"),
+                                             ("progress", 1), ("batch_size", 0), ("image_sizes", [8, 5])])
+def test_blur_experiments_check_every_argument_before_any_work(argument, value):
+    calls = []
+    settings = {"image_sizes": [8], "batch_size": 1, "device": "/CPU:0", "repeats": 1, argument: value}
+    for experiment in (blur_op, blur_in_model):
+        with pytest.raises((TypeError, ValueError), match=rf"^{argument}(\[1\])?: expected "):
+            experiment({"native": recording_blur(calls)}, **settings)
+    assert calls == []
+
+
+@pytest.mark.parametrize("run, error, match", [
+    (lambda: training_step_modes(models="mlp", device="/CPU:0"), TypeError,
+     "^models: expected a non-empty list or tuple of 'mlp' and 'cnn', got str 'mlp'$"),
+    (lambda: training_step_modes(models=[], device="/CPU:0"), ValueError,
+     r"^models: expected a non-empty list or tuple of 'mlp' and 'cnn', got list \[\]$"),
+    (lambda: blur_op(image_sizes=[], device="/CPU:0"), ValueError, r"^image_sizes: expected a non-empty list .*got list \[\]$"),
+    (lambda: per_example_vs_batched(batch_sizes=(), device="/CPU:0"), ValueError,
+     r"^batch_sizes: expected a non-empty list .*got tuple \(\)$"),
+    (lambda: per_example_vs_batched(batch_sizes=[2, "4"], device="/CPU:0"), TypeError,
+     r"^batch_sizes\[1\]: expected an int >= 1 and <= \d+, got str '4'$"),
+    (lambda: blur_op(image_sizes=[8.0], device="/CPU:0"), TypeError, r"^image_sizes\[0\]: expected an int >= 8"),
+])
+def test_a_wrong_type_is_a_type_error_and_a_wrong_value_a_value_error(run, error, match):
+    with pytest.raises(error, match=match):
+        run()
+
+
+@pytest.mark.parametrize("run, match", [
+    (lambda: time_call(abs, 1, repeats=10**12), r"^repeats: expected an int >= 1 and <= 1000, got int 1000000000000$"),
+    (lambda: time_call(abs, 1, number=10**12), r"^number: expected an int >= 1 and <= 1000000, got int "),
+    (lambda: time_call(abs, 1, warmup=10**12), r"^warmup: expected an int >= 0 and <= 1000, got int "),
+    (lambda: compare({"a": lambda: None}, target=1e300), r"^target: expected a finite number > 0 and <= 60, got "),
+    (lambda: blur_op(image_sizes=[10**5], device="/CPU:0"), r"^image_sizes\[0\]: expected an int >= 8 and <= 4096"),
+    (lambda: blur_op(image_sizes=[4096], batch_size=64, device="/CPU:0"),
+     r"^batch_size: expected an int >= 1 and <= 5, got int 64$"),  # 1 GiB of 4096x4096 float32 RGB images
+    (lambda: blur_pipeline(image_size=8, examples=10**9, batch_size=1, device="/CPU:0"), r"^examples: expected an int >= 1 and <= "),
+    (lambda: per_example_vs_batched(batch_sizes=[10**9], image_size=8, device="/CPU:0"), r"^batch_sizes\[0\]: expected an int >= 1 and <= "),
+    (lambda: training_step_modes(image_size=10**4, device="/CPU:0"), r"^image_size: expected an int >= 8 and <= 4096"),
+    (lambda: __import__("companion.bench").bench.training_loop_vs_fit(epochs=10**6), r"^epochs: expected an int >= 1 and <= 100, got "),
+    (lambda: __import__("companion.bench").bench.training_loop_vs_fit(examples=10**9), r"^examples: expected an int >= 64 and <= 65536"),
+    (lambda: __import__("companion.bench").bench.adamw_step_time(steps=10**9), r"^steps: expected an int >= 1 and <= 10000, got "),
+    (lambda: __import__("companion.bench").bench.adamw_step_time(batch_size=10**9), r"^batch_size: expected an int >= 1 and <= "),
+])
+def test_huge_counts_and_sizes_are_refused_before_running(run, match):
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=match):
+        run()
+    assert time.perf_counter() - started < 5
+
+
+def test_checks_print_what_arrived_not_only_its_type():
+    with pytest.raises(TypeError, match=r"^device: expected a device string such as '/CPU:0', got list \['/CPU:0'\]$"):
+        default_sizes(["/CPU:0"])
+    with pytest.raises(ValueError, match=r"^device: expected a device string such as '/GPU:0', got str 'no such'$"):
+        default_sizes("no such")
+
+
+def test_rows_table_and_entries_take_no_rows_and_refuse_what_are_not_rows():
+    assert rows_table([]).splitlines()[0].split()[:2] == ["experiment", "sizes"] and rows_to_entries([]) == []
+    for consume in (rows_table, rows_to_entries):
+        with pytest.raises(TypeError, match=r"^rows: expected a list or tuple of experiment rows, got NoneType None$"):
+            consume(None)
+        with pytest.raises(ValueError, match=r"^rows\[0\]: expected an experiment row \(a dict with .*got dict \{'name': 'x'\}$"):
+            consume([{"name": "x"}])
+        with pytest.raises(TypeError, match=r"^rows\[0\]: expected an experiment row \(a dict with .*got str 'row'$"):
+            consume(["row"])
+
+
+QUICK = ["--quick", "--repeats", "1", "--device", "/CPU:0"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (QUICK + ["--examples", "10"], "argument --examples: expected an int >= 128 and <= 65536, got int 10"),
+    (QUICK + ["--repeats", "0"], "argument --repeats: expected an int >= 1 and <= 1000, got int 0"),
+    (QUICK + ["--epochs", "many"], "argument --epochs: expected an int >= 1 and <= 100, got str 'many'"),
+    (QUICK + ["--device", "/TPU:7"], "argument --device: expected one of the devices TensorFlow has"),
+    (QUICK + ["--output", ""], "argument --output: expected a non-empty path"),
+])
+def test_main_refuses_bad_flags_like_a_command_line_before_running_anything(argv, message, capsys):
+    from companion.bench import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == "" and message in err and err.startswith("usage: python -m companion.bench")
+
+
+@pytest.mark.parametrize("argv, blur_methods, error, match", [
+    ("--quick", None, TypeError, r"^argv: expected a list or tuple of str \(command-line arguments\) or None, got str '--quick'$"),
+    (["--quick", 1], None, TypeError, r"^argv\[1\]: expected a str, got int 1$"),
+    (QUICK, {"py_function": py_function_blur}, ValueError, r"^blur_methods: expected .* that includes 'native' .*got dict "),
+    (QUICK, {"native": "native_blur"}, TypeError, r"^blur_methods\['native'\]: expected a callable, got str 'native_blur'$"),
+])
+def test_main_refuses_bad_arguments_before_running_anything(argv, blur_methods, error, match, capsys):
+    from companion.bench import main
+
+    with pytest.raises(error, match=match):
+        main(argv, blur_methods=blur_methods)
+    assert capsys.readouterr().out == ""
