@@ -11,22 +11,53 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
-from companion._checks import check_int, check_real
+from companion._checks import (check_bool, check_callable, check_instance, check_int, check_real, check_seed,
+                               describe)
 
-__all__ = ["AdditiveGaussianNoise", "CustomDense", "ResidualBlock", "fresh_initializer"]
+__all__ = ["AdditiveGaussianNoise", "CustomDense", "MAX_UNITS", "ResidualBlock", "fresh_initializer"]
 
 
-def _get_activation(activation: Any, argname: str = "activation") -> Any:
-    """Resolve an activation name/callable/None, re-raising Keras's error with the argument name."""
+#: The widest layer (``units``) the companion builds: a wider kernel would not fit in memory.
+MAX_UNITS = 2**20
+
+_ACTIVATION = "None, a callable or a Keras activation name such as 'relu'"
+_INITIALIZER = "an initializer (a name such as 'glorot_uniform', a config dict, an Initializer or a callable)"
+_REGULARIZER = "None or a regularizer (a name such as 'l2', a config dict, a Regularizer or a callable)"
+
+
+def _keras_object(module: Any, value: Any, name: str, what: str, *, allow_none: bool = True) -> Any:
+    """``module.get(value)`` (``module`` is ``keras.activations``, ``.initializers`` or ``.regularizers``).
+
+    Keras's own error ("Could not interpret initializer identifier: 3") does not say which
+    argument held the value; this one does.
+
+    Raises:
+        TypeError: Naming ``name``, if ``value`` is ``None`` (unless ``allow_none``) or of a type
+            Keras cannot interpret.
+        ValueError: Naming ``name``, if ``value`` is a name or config dict Keras does not know.
+    """
+    if value is None and not allow_none:
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
     try:
-        return keras.activations.get(activation)
-    except ValueError as error:
-        raise ValueError(
-            f"{argname}: expected None, a callable or a Keras activation name such as 'relu', "
-            f"got {activation!r}"
-        ) from error
+        return module.get(value)
+    except (TypeError, ValueError) as error:
+        error_type = ValueError if isinstance(value, (str, dict)) else TypeError
+        raise error_type(f"{name}: expected {what}, got {describe(value)}") from error
+
+
+def _check_units(value: Any, name: str = "units") -> int:
+    return check_int(value, name, minimum=1, maximum=MAX_UNITS)
+
+
+def _initializer(value: Any, name: str) -> Any:
+    return _keras_object(keras.initializers, value, name, _INITIALIZER, allow_none=False)
+
+
+def _regularizer(value: Any, name: str) -> Any:
+    return _keras_object(keras.regularizers, value, name, _REGULARIZER)
 
 
 #: Spreads a seeded initializer's seed over a composite layer's sublayers (see ``fresh_initializer``).
@@ -59,7 +90,7 @@ def fresh_initializer(initializer: Any, index: int = 0) -> Any:
         The initializer to give that sublayer.
 
     Raises:
-        TypeError: If ``index`` is not an int.
+        TypeError: If ``initializer`` is not callable or ``index`` is not an int.
         ValueError: If ``index`` is negative.
 
     Example:
@@ -71,6 +102,7 @@ def fresh_initializer(initializer: Any, index: int = 0) -> Any:
         >>> bool(np.array_equal(a((3, 3)), b((3, 3))))
         False
     """
+    check_callable(initializer, "initializer", "a keras.initializers.Initializer or a callable")
     index = check_int(index, "index", minimum=0)
     if not isinstance(initializer, keras.initializers.Initializer):
         return initializer
@@ -103,9 +135,11 @@ class CustomDense(keras.layers.Layer):
         **kwargs: Base-layer arguments (``name``, ``dtype``, ``trainable``, ...).
 
     Raises:
-        TypeError: If ``units`` is not an int.
-        ValueError: If ``units <= 0`` or ``activation`` is an unknown name; at build time, if
-            the input has rank < 2 or an undefined last dimension.
+        TypeError: If ``units`` is not an int, ``use_bias`` not a bool, or an activation,
+            initializer or regularizer is of a type Keras cannot interpret (``None`` is no
+            initializer).
+        ValueError: If ``units`` is not in ``[1, MAX_UNITS]`` or a name or config is unknown to
+            Keras; at build time, if the input has rank < 2 or an undefined last dimension.
 
     Example:
         >>> import numpy as np
@@ -128,13 +162,13 @@ class CustomDense(keras.layers.Layer):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.units = check_int(units, "units", minimum=1)
-        self.activation = _get_activation(activation)
-        self.use_bias = bool(use_bias)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.units = _check_units(units)
+        self.activation = _keras_object(keras.activations, activation, "activation", _ACTIVATION)
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self.kernel_initializer = _initializer(kernel_initializer, "kernel_initializer")
+        self.bias_initializer = _initializer(bias_initializer, "bias_initializer")
+        self.kernel_regularizer = _regularizer(kernel_regularizer, "kernel_regularizer")
+        self.bias_regularizer = _regularizer(bias_regularizer, "bias_regularizer")
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
@@ -195,13 +229,15 @@ class AdditiveGaussianNoise(keras.layers.Layer):
     two layers with the same ``seed`` draw the same noise sequence.
 
     Args:
-        stddev: Standard deviation of the noise (a non-negative float).
-        seed: Optional int seed for the layer's own random generator.
+        stddev: Standard deviation of the noise: a non-negative number that the layer's compute
+            dtype holds (at most 65504 under ``mixed_float16``).
+        seed: Optional int seed in ``[0, 2**32 - 1]`` for the layer's own random generator.
         **kwargs: Base-layer arguments (``name``, ``dtype``, ...).
 
     Raises:
-        TypeError: If ``stddev`` is not a real number or ``seed`` is not an int or None.
-        ValueError: If ``stddev`` is negative.
+        TypeError: If ``stddev`` is not a real number or ``seed`` is not an int or None; at call
+            time, if ``training`` is not a bool or None.
+        ValueError: If ``stddev`` is negative or beyond the compute dtype, or ``seed`` is out of range.
 
     Example:
         >>> import numpy as np
@@ -215,10 +251,15 @@ class AdditiveGaussianNoise(keras.layers.Layer):
 
     def __init__(self, stddev: float, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.stddev = check_real(stddev, "stddev", minimum=0)
-        self.seed = check_int(seed, "seed", minimum=0, allow_none=True)
+        self.stddev = check_real(stddev, "stddev", minimum=0, dtype=self.compute_dtype)
+        self.seed = check_seed(seed, allow_none=True)
         self.seed_generator = keras.random.SeedGenerator(self.seed)
         self.supports_masking = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Checked before Keras's __call__, which rewrites errors raised in ``call``.
+        check_instance(kwargs.get("training"), "training", (bool, np.bool_, type(None)), "a bool or None")
+        return super().__call__(*args, **kwargs)
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         if not training or self.stddev == 0:
@@ -226,7 +267,7 @@ class AdditiveGaussianNoise(keras.layers.Layer):
         noise = keras.random.normal(
             ops.shape(inputs), stddev=self.stddev, dtype=self.compute_dtype, seed=self.seed_generator
         )
-        return ops.add(inputs, noise)
+        return inputs + noise  # ops.add takes a (0, n) operand for a bias: "Biases must be 1D"
 
     def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
         return tuple(input_shape)
@@ -257,8 +298,9 @@ class ResidualBlock(keras.layers.Layer):
         **kwargs: Base-layer arguments (``name``, ``dtype``, ...).
 
     Raises:
-        TypeError: If ``units`` or ``hidden_units`` is not an int.
-        ValueError: If a width is not positive or ``activation`` is an unknown name.
+        TypeError: If ``units`` or ``hidden_units`` is not an int, or the activation,
+            initializer or regularizer is of a type Keras cannot interpret.
+        ValueError: If a width is not in ``[1, MAX_UNITS]`` or a name or config is unknown to Keras.
 
     Example:
         >>> import numpy as np
@@ -279,11 +321,11 @@ class ResidualBlock(keras.layers.Layer):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.units = check_int(units, "units", minimum=1)
-        self.hidden_units = self.units if hidden_units is None else check_int(hidden_units, "hidden_units", minimum=1)
-        self.activation = _get_activation(activation)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.units = _check_units(units)
+        self.hidden_units = self.units if hidden_units is None else _check_units(hidden_units, "hidden_units")
+        self.activation = _keras_object(keras.activations, activation, "activation", _ACTIVATION)
+        self.kernel_initializer = _initializer(kernel_initializer, "kernel_initializer")
+        self.kernel_regularizer = _regularizer(kernel_regularizer, "kernel_regularizer")
         self.hidden = CustomDense(self.hidden_units, activation=self.activation, name="hidden", **self._dense_args(0))
         self.output_dense = CustomDense(self.units, name="output", **self._dense_args(1))
         self.projection: CustomDense | None = None
@@ -306,7 +348,7 @@ class ResidualBlock(keras.layers.Layer):
 
     def call(self, inputs: Any) -> Any:
         shortcut = inputs if self.projection is None else self.projection(inputs)
-        return ops.add(self.output_dense(self.hidden(inputs)), shortcut)
+        return self.output_dense(self.hidden(inputs)) + shortcut  # not ops.add: see AdditiveGaussianNoise
 
     def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
         return tuple(input_shape[:-1]) + (self.units,)

@@ -7,6 +7,7 @@ import json
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock, fresh_initializer
 
@@ -345,5 +346,101 @@ def test_bad_stddev_raises(stddev, error):
 
 
 def test_bad_seed_raises_type_error():
-    with pytest.raises(TypeError, match="seed: expected an int >= 0 or None"):
+    with pytest.raises(TypeError, match=r"^seed: expected an int >= 0 and <= 4294967295 or None, got float 1.5$"):
         AdditiveGaussianNoise(0.1, seed=1.5)
+
+
+# ---------------------------------------------------------------- issue 16: empty batches, flags, ranges
+
+
+def _run(fn, x, how):
+    """``fn(x)`` eagerly, in a tf.function or compiled with XLA."""
+    if how == "eager":
+        return fn(x)
+    return tf.function(fn, jit_compile=how == "xla")(tf.constant(x))
+
+
+@pytest.mark.parametrize("how", ["eager", "tf.function", "xla"])
+@pytest.mark.parametrize("name", ["noise", "residual", "residual_projected", "dense"])
+def test_an_empty_batch_gives_an_empty_batch(name, how):
+    # Keras's ops.add took a (0, 4) operand for a bias: "Biases must be 1D: [0,4]".
+    layer, width = {"noise": (AdditiveGaussianNoise(0.5, seed=1), 4), "residual": (ResidualBlock(4), 4),
+                    "residual_projected": (ResidualBlock(6), 6), "dense": (CustomDense(3), 3)}[name]
+    x = np.zeros((0, 4), "float32")
+    out = _run(lambda inputs: layer(inputs, training=True) if name == "noise" else layer(inputs), x, how)
+    assert tuple(out.shape) == (0, width)
+
+
+def test_an_empty_batch_passes_a_model_with_these_layers_in_predict_on_batch():
+    model = keras.Sequential([keras.Input((4,)), AdditiveGaussianNoise(0.1), ResidualBlock(4), CustomDense(2)])
+    assert model.predict_on_batch(np.zeros((0, 4), "float32")).shape == (0, 2)
+
+
+@pytest.mark.parametrize("use_bias", ["False", None, 0, 1, [], np.array([True])])
+def test_use_bias_must_be_a_bool(use_bias):
+    # "False" used to keep the bias and None, 0, [] to drop it.
+    with pytest.raises(TypeError, match=r"^use_bias: expected a bool, got "):
+        CustomDense(3, use_bias=use_bias)
+
+
+def test_use_bias_takes_numpy_bools_and_stores_a_python_bool():
+    layer = CustomDense(3, use_bias=np.bool_(False))
+    assert layer.use_bias is False and layer.get_config()["use_bias"] is False
+
+
+@pytest.mark.parametrize("training", ["False", 0, 1, "yes"])
+def test_noise_training_flag_must_be_a_bool_or_none(training):
+    # The string "False" is true: the layer used to add noise for it.
+    with pytest.raises(TypeError, match=r"^training: expected a bool or None, got "):
+        AdditiveGaussianNoise(1.0)(np.zeros((2, 3), "float32"), training=training)
+
+
+def test_noise_stddev_must_fit_in_the_layers_compute_dtype():
+    with pytest.raises(ValueError, match=r"^stddev: expected a finite number >= 0 and <= 3.40282e\+38, got float 1e\+300$"):
+        AdditiveGaussianNoise(1e300)
+    assert AdditiveGaussianNoise(1e5).stddev == 1e5  # float32 holds it
+    with pytest.raises(ValueError, match=r"^stddev: expected a finite number >= 0 and <= 65504, got float 100000.0$"):
+        AdditiveGaussianNoise(1e5, dtype="mixed_float16")
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        with pytest.raises(ValueError, match=r"^stddev: .* <= 65504"):
+            AdditiveGaussianNoise(1e5)
+        layer = AdditiveGaussianNoise(1e3, seed=0)
+        assert np.isfinite(np.asarray(layer(np.zeros((4, 4), "float32"), training=True))).all()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_noise_seed_has_a_maximum_and_takes_it():
+    assert AdditiveGaussianNoise(0.1, seed=2**32 - 1).seed == 2**32 - 1
+    with pytest.raises(ValueError, match=r"^seed: expected an int >= 0 and <= 4294967295 or None, got int 4294967296$"):
+        AdditiveGaussianNoise(0.1, seed=2**32)
+
+
+@pytest.mark.parametrize("layer", [CustomDense, ResidualBlock])
+def test_units_have_a_maximum(layer):
+    with pytest.raises(ValueError, match=r"^units: expected an int >= 1 and <= 1048576, got int 1000000000000$"):
+        layer(10**12)
+
+
+@pytest.mark.parametrize("argument", ["kernel_initializer", "bias_initializer"])
+@pytest.mark.parametrize("value, error", [(None, TypeError), (3, TypeError), ("glorot_unicorn", ValueError),
+                                          ({"a": 1}, ValueError)])
+def test_bad_initializers_are_named(argument, value, error):
+    # None used to pass: Keras then gives the bias a Glorot initializer.
+    with pytest.raises(error, match=rf"^{argument}: expected an initializer \(.*\), got "):
+        CustomDense(3, **{argument: value})
+
+
+@pytest.mark.parametrize("value, error", [(3, TypeError), ("l3", ValueError), ({}, ValueError), (True, TypeError)])
+def test_bad_regularizers_and_activations_are_named(value, error):
+    with pytest.raises(error, match=r"^kernel_regularizer: expected None or a regularizer \(.*\), got "):
+        ResidualBlock(3, kernel_regularizer=value)
+    with pytest.raises(error, match=r"^activation: expected None, a callable or a Keras activation name .*, got "):
+        CustomDense(3, activation=value)
+
+
+@pytest.mark.parametrize("initializer", [None, "glorot_uniform", 3])
+def test_fresh_initializer_wants_an_initializer_or_a_callable(initializer):
+    with pytest.raises(TypeError, match=r"^initializer: expected a keras.initializers.Initializer or a callable, got "):
+        fresh_initializer(initializer)

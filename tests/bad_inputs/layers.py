@@ -2,7 +2,7 @@
 
 import keras
 import numpy as np
-from badinput import Array, Bool, Callable_, Case, Int, Kind, Real
+from badinput import Bool, Callable_, Case, Int, Kind, Real
 
 from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock, fresh_initializer
 
