@@ -6,8 +6,9 @@ defines the ops ``GaussianBlur`` and ``GaussianBlurGrad`` (its adjoint) with CPU
 headers (``tf.sysconfig``) into a per-user cache, keyed by the TensorFlow version, the
 compiler, the flags and the source, so each stack builds once and later processes reuse the
 library. Next to each library a ``manifest.json`` records what it was built from and with (and
-the library's size and SHA-256); a process that cannot run the compiler (a serving image has
-none) loads a cached build whose manifest matches its TensorFlow, source and flags.
+the library's size and SHA-256, checked before the library is used: a truncated or damaged one
+is rebuilt, never loaded); a process that cannot run the compiler (a serving image has none)
+loads an intact cached build whose manifest matches its TensorFlow, source and flags.
 ``load_blur_op`` loads it (``tf.load_op_library``) and registers the gradient; ``cpp_blur``
 and the ``CppGaussianBlur`` layer use it and compute what ``cv2.GaussianBlur`` and
 ``companion.pyfunc.native_blur`` compute.
@@ -273,7 +274,7 @@ def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None
     """
     cxx = _checked_compiler(cxx)
     root = cache_root() if cache_dir is None else check_path(cache_dir, "cache_dir").expanduser()
-    if os.path.exists(root) and not os.path.isdir(root):  # (False when it cannot be read: see below)
+    if os.path.exists(root) and not os.path.isdir(root):  # (a path it cannot stat: mkdir says why)
         raise BuildError(f"cache_dir: expected a folder, got the file {root}")
     try:
         identity = _identity(cxx)
