@@ -25,9 +25,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
+import numpy as np
 
-from companion._checks import check_int, describe
-from companion.layers import ResidualBlock
+from companion._checks import check_int, check_sequence, check_str, describe
+from companion.layers import MAX_UNITS, ResidualBlock
 
 __all__ = [
     "INPUT_NAMES",
@@ -42,33 +43,35 @@ __all__ = [
 INPUT_NAMES = ("image", "meta")
 #: Smallest image side the CNN accepts: conv 3x3, pool 2, conv 3x3 must leave >= 1 pixel.
 MIN_IMAGE_SIDE = 8
+#: Largest image side: 65536 pixels (the CNN's weights do not depend on it, its activations do).
+MAX_IMAGE_SIDE = 2**16
+
+
+def _check_width(value: Any, name: str, minimum: int = 1) -> int:
+    """A layer width (or class count) in ``[minimum, MAX_UNITS]``, checked before any weight is made."""
+    return check_int(value, name, minimum=minimum, maximum=MAX_UNITS)
 
 
 def _check_widths(values: Any, name: str, length: int) -> tuple[int, ...]:
-    """``values`` as a tuple of ``length`` positive ints, or a TypeError/ValueError naming ``name``."""
+    """``values`` as a tuple of ``length`` widths, or a TypeError/ValueError naming ``name``."""
     what = f"a sequence of {length} positive ints"
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise TypeError(f"{name}: expected {what}, got {describe(values)}")
-    if len(values) != length:
+    widths = check_sequence(values, name, what, item=_check_width)
+    if len(widths) != length:
         raise ValueError(f"{name}: expected {what}, got {describe(values)}")
-    return tuple(check_int(value, f"{name}[{index}]", minimum=1) for index, value in enumerate(values))
+    return widths
 
 
-def _check_image_shape(image_shape: Any) -> tuple[int, int, int]:
+def _check_image_shape(image_shape: Any, name: str = "image_shape") -> tuple[int, int, int]:
     """``(height, width, channels)`` of one image, without the batch axis."""
     what = f"(height, width, channels): 3 ints, sides >= {MIN_IMAGE_SIDE}, channels >= 1"
-    if isinstance(image_shape, (str, bytes)) or not isinstance(image_shape, Sequence):
-        raise TypeError(f"image_shape: expected {what}, got {describe(image_shape)}")
-    if len(image_shape) != 3:
-        raise ValueError(
-            f"image_shape: expected {what} (one image, no batch axis), got {describe(tuple(image_shape))}"
-        )
-    height, width, channels = image_shape
-    check_int(channels, "image_shape[2] (channels)", minimum=1)
+    shape = check_sequence(image_shape, name, what)
+    if len(shape) != 3:
+        raise ValueError(f"{name}: expected {what} (one image, no batch axis), got {describe(image_shape)}")
+    height, width, channels = shape
     return (
-        check_int(height, "image_shape[0] (height)", minimum=MIN_IMAGE_SIDE),
-        check_int(width, "image_shape[1] (width)", minimum=MIN_IMAGE_SIDE),
-        int(channels),
+        check_int(height, f"{name}[0]", minimum=MIN_IMAGE_SIDE, maximum=MAX_IMAGE_SIDE),
+        check_int(width, f"{name}[1]", minimum=MIN_IMAGE_SIDE, maximum=MAX_IMAGE_SIDE),
+        _check_width(channels, f"{name}[2]"),
     )
 
 
@@ -96,8 +99,8 @@ def image_branch(
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If ``image_shape`` is not 3 numbers (height and width >= 8) or a width is
-            not positive.
+        ValueError: If ``image_shape`` is not 3 ints (height and width in ``[8, 65536]``), a width
+            is not in ``[1, MAX_UNITS]`` or ``name`` is empty.
 
     Example:
         >>> branch = image_branch((32, 32, 3), filters=(8, 16), units=12)
@@ -105,7 +108,8 @@ def image_branch(
         ((None, 12), 1596)
     """
     first, second = _check_widths(filters, "filters", 2)
-    units = check_int(units, "units", minimum=1)
+    units = _check_width(units, "units")
+    name = check_str(name, "name")
     stack = [] if image_shape is None else [keras.Input(_check_image_shape(image_shape), name="image")]
     return keras.Sequential(
         stack
@@ -136,14 +140,15 @@ def meta_branch(
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If ``meta_dim`` or a width is not positive.
+        ValueError: If ``meta_dim`` or a width is not in ``[1, MAX_UNITS]`` or ``name`` is empty.
 
     Example:
         >>> meta_branch(10, units=(16, 8)).count_params()
         312
     """
     hidden, features = _check_widths(units, "units", 2)
-    stack = [] if meta_dim is None else [keras.Input((check_int(meta_dim, "meta_dim", minimum=1),), name="meta")]
+    name = check_str(name, "name")
+    stack = [] if meta_dim is None else [keras.Input((_check_width(meta_dim, "meta_dim"),), name="meta")]
     return keras.Sequential(
         stack
         + [
@@ -200,8 +205,10 @@ def functional_multimodal(
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If ``image_shape`` is not ``(height, width, channels)`` with sides >= 8,
-            ``num_classes < 2``, or a width is not positive.
+        ValueError: If ``image_shape`` is not ``(height, width, channels)`` with sides in
+            ``[8, 65536]``, ``num_classes`` is not in ``[2, MAX_UNITS]``, a width (``meta_dim``
+            too) is not in ``[1, MAX_UNITS]`` or ``name`` is empty. Each message names the
+            argument passed here (``image_units``, not the branch's ``units``).
 
     Example:
         >>> model = functional_multimodal((32, 32, 3), meta_dim=10, num_classes=6)
@@ -209,9 +216,13 @@ def functional_multimodal(
         (['image', 'meta'], (None, 6))
     """
     image_shape = _check_image_shape(image_shape)
-    meta_dim = check_int(meta_dim, "meta_dim", minimum=1)
-    num_classes = check_int(num_classes, "num_classes", minimum=2)
-    fused_units = check_int(fused_units, "fused_units", minimum=1)
+    meta_dim = _check_width(meta_dim, "meta_dim")
+    num_classes = _check_width(num_classes, "num_classes", minimum=2)
+    filters = _check_widths(filters, "filters", 2)
+    image_units = _check_width(image_units, "image_units")  # named here: image_branch calls it units
+    meta_units = _check_widths(meta_units, "meta_units", 2)
+    fused_units = _check_width(fused_units, "fused_units")
+    name = check_str(name, "name")
     images = keras.Input(image_shape, name="image")
     meta = keras.Input((meta_dim,), name="meta")
     features = keras.layers.Concatenate(name="concatenate")(
@@ -223,20 +234,23 @@ def functional_multimodal(
 
 def _split_pair(structure: Any, name: str) -> tuple[Any, Any]:
     """``(image, meta)`` from ``{"image": ..., "meta": ...}`` or a 2-item list/tuple."""
-    what = 'a dict {"image": ..., "meta": ...} or a pair [image, meta]'
+    what = "a pair (image, meta) or a dict with keys 'image' and 'meta'"
     if isinstance(structure, Mapping):
         if set(structure) != set(INPUT_NAMES):
             raise ValueError(f"{name}: expected {what}, got a dict with keys {sorted(structure)}")
         return structure["image"], structure["meta"]
     if isinstance(structure, (list, tuple)) and len(structure) == 2:
         return structure[0], structure[1]
-    if isinstance(structure, (list, tuple)):
-        got = f"a {type(structure).__name__} of {len(structure)} items"
-    elif getattr(structure, "shape", None) is not None:
-        got = f"one {type(structure).__name__} of shape {tuple(structure.shape)}"
-    else:
-        got = describe(structure)
-    raise ValueError(f"{name}: expected {what}, got {got}")
+    raise ValueError(f"{name}: expected {what}, got {_shape_text(structure)}")
+
+
+def _shape_text(value: Any) -> str:
+    """How a message shows a value that should have been a tensor or a structure of them."""
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    if getattr(value, "shape", None) is not None:
+        return f"one {type(value).__name__} of shape {tuple(value.shape)}"
+    return describe(value)
 
 
 def _check_batch_shape(shape: Any, name: str, rank: int) -> tuple[int | None, ...]:
@@ -244,6 +258,30 @@ def _check_batch_shape(shape: Any, name: str, rank: int) -> tuple[int | None, ..
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != rank:
         raise ValueError(f"{name}: expected a shape of rank {rank} (batch axis first), got {describe(shape)}")
     return tuple(shape)
+
+
+def _static_shape(value: Any) -> tuple[int | None, ...] | None:
+    """The shape Python can see (``None`` for a tensor of unknown rank); ``()`` for a non-array."""
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        try:
+            return np.shape(value)
+        except ValueError:  # a ragged nested list
+            return ()
+    return None if getattr(shape, "rank", 0) is None else tuple(shape)
+
+
+def _check_inputs(inputs: Any) -> None:
+    """What ``MultiModalModel`` is called with: an (images, meta) pair or dict of the right ranks."""
+    images, meta = _split_pair(inputs, "inputs")
+    image_shape, meta_shape = _static_shape(images), _static_shape(meta)
+    if image_shape is not None and (
+        len(image_shape) != 4 or any(side is not None and side < MIN_IMAGE_SIDE for side in image_shape[1:3])
+    ):
+        what = f"images (batch, height, width, channels) with height and width >= {MIN_IMAGE_SIDE}"
+        raise ValueError(f"inputs['image']: expected {what}, got {_shape_text(images)}")
+    if meta_shape is not None and len(meta_shape) != 2:
+        raise ValueError(f"inputs['meta']: expected metadata (batch, meta_dim), got {_shape_text(meta)}")
 
 
 @keras.saving.register_keras_serializable(package="companion")
@@ -269,9 +307,11 @@ class MultiModalModel(keras.Model):
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If ``num_classes < 2`` or a width is not positive; in ``build``/``call``, if
-            the inputs are not an (image, meta) pair or dict, the image shape is not
-            ``(batch, height, width, channels)`` with sides >= 8, or the metadata is not rank 2.
+        ValueError: If ``num_classes`` is not in ``[2, MAX_UNITS]`` or a width not in
+            ``[1, MAX_UNITS]``; when called (``inputs``, checked before Keras builds anything) or
+            built (``input_shape``), if the inputs are not an (image, meta) pair or dict, the
+            images are not ``(batch, height, width, channels)`` with sides >= 8, or the metadata
+            is not rank 2.
 
     Example:
         >>> model = MultiModalModel(num_classes=6)
@@ -291,11 +331,11 @@ class MultiModalModel(keras.Model):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.num_classes = check_int(num_classes, "num_classes", minimum=2)
+        self.num_classes = _check_width(num_classes, "num_classes", minimum=2)
         self.filters = _check_widths(filters, "filters", 2)
-        self.image_units = check_int(image_units, "image_units", minimum=1)
+        self.image_units = _check_width(image_units, "image_units")
         self.meta_units = _check_widths(meta_units, "meta_units", 2)
-        self.fused_units = check_int(fused_units, "fused_units", minimum=1)
+        self.fused_units = _check_width(fused_units, "fused_units")
         # The same layers, with the same names, in the same order as functional_multimodal.
         self.image_branch = image_branch(None, self.filters, self.image_units)
         self.meta_branch = meta_branch(None, self.meta_units)
@@ -303,11 +343,18 @@ class MultiModalModel(keras.Model):
         self.fusion = _fusion(self.fused_units)
         self.classifier = _head(self.num_classes)
 
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_inputs(inputs)  # before Keras: its errors would come from build or a sublayer
+        return super().__call__(inputs, *args, **kwargs)
+
     def build(self, input_shape: Any) -> None:
         image_shape, meta_shape = _split_pair(input_shape, "input_shape")
-        image_shape = _check_batch_shape(image_shape, "input_shape (image)", 4)
-        _check_image_shape(image_shape[1:])
-        meta_shape = _check_batch_shape(meta_shape, "input_shape (meta)", 2)
+        image_shape = _check_batch_shape(image_shape, "input_shape['image']", 4)
+        for axis in (1, 2):  # None (any size) is fine: the CNN ends in a global pooling
+            if image_shape[axis] is not None:
+                check_int(image_shape[axis], f"input_shape['image'][{axis}]", minimum=MIN_IMAGE_SIDE)
+        check_int(image_shape[3], "input_shape['image'][3]", minimum=1)
+        meta_shape = _check_batch_shape(meta_shape, "input_shape['meta']", 2)
         batch = image_shape[0]
         self.image_branch.build(image_shape)
         self.meta_branch.build(meta_shape)
@@ -348,8 +395,8 @@ def copy_weights(source: keras.Model, target: keras.Model) -> list[str]:
 
     Raises:
         TypeError: If either argument is not a ``keras.Model``.
-        ValueError: If a layer of ``source`` that has weights is missing from ``target`` or
-            holds weights of other shapes.
+        ValueError: If either model is not built, or a layer of ``source`` that has weights is
+            missing from ``target`` or holds weights of other shapes.
 
     Example:
         >>> functional = functional_multimodal((16, 16, 3), meta_dim=4, num_classes=3)
@@ -360,7 +407,11 @@ def copy_weights(source: keras.Model, target: keras.Model) -> list[str]:
     """
     for argument, model in (("source", source), ("target", target)):
         if not isinstance(model, keras.Model):
-            raise TypeError(f"{argument}: expected a keras.Model, got {type(model).__name__}")
+            raise TypeError(f"{argument}: expected a keras.Model, got {describe(model)}")
+        if not model.built:
+            raise ValueError(
+                f"{argument}: expected a built keras.Model (build it or call it on data first), got {describe(model)}"
+            )
     target_layers = {layer.name: layer for layer in target.layers}
     copied = []
     for layer in source.layers:

@@ -187,11 +187,11 @@ def test_weights_only_need_the_same_arguments_and_a_built_model(tmp_path, data):
     [
         ({"image_shape": (16, 16)}, ValueError, r"image_shape: expected \(height, width, channels\)"),
         ({"image_shape": (None, 16, 16, 3)}, ValueError, "image_shape: .*no batch axis"),
-        ({"image_shape": (4, 16, 3)}, ValueError, r"image_shape\[0\] \(height\): expected an int >= 8, got int 4"),
+        ({"image_shape": (4, 16, 3)}, ValueError, r"image_shape\[0\]: expected an int >= 8 and <= 65536, got int 4"),
         ({"image_shape": "16x16"}, TypeError, "image_shape: expected"),
-        ({"num_classes": 1}, ValueError, "num_classes: expected an int >= 2, got int 1"),
-        ({"num_classes": 2.0}, TypeError, "num_classes: expected an int >= 2, got float 2.0"),
-        ({"meta_dim": 0}, ValueError, "meta_dim: expected an int >= 1, got int 0"),
+        ({"num_classes": 1}, ValueError, "num_classes: expected an int >= 2 and <= 1048576, got int 1"),
+        ({"num_classes": 2.0}, TypeError, "num_classes: expected an int >= 2 and <= 1048576, got float 2.0"),
+        ({"meta_dim": 0}, ValueError, "meta_dim: expected an int >= 1 and <= 1048576, got int 0"),
         ({"filters": (8,)}, ValueError, "filters: expected a sequence of 2 positive ints"),
         ({"fused_units": 0}, ValueError, "fused_units: expected an int >= 1"),
     ],
@@ -203,23 +203,25 @@ def test_functional_multimodal_rejects_bad_arguments(kwargs, error, match):
 
 
 def test_subclass_rejects_bad_arguments_and_shapes():
-    with pytest.raises(ValueError, match="num_classes: expected an int >= 2, got int 1"):
+    with pytest.raises(ValueError, match="num_classes: expected an int >= 2 and <= 1048576, got int 1"):
         MultiModalModel(1)
     with pytest.raises(ValueError, match="meta_units: expected a sequence of 2"):
         MultiModalModel(6, meta_units=(4, 4, 4))
-    with pytest.raises(ValueError, match=r"input_shape \(image\): expected a shape of rank 4"):
+    with pytest.raises(ValueError, match=r"input_shape\['image'\]: expected a shape of rank 4"):
         MultiModalModel(6).build([(None, 16, 16), (None, 4)])
-    with pytest.raises(ValueError, match=r"input_shape \(meta\): expected a shape of rank 2"):
+    with pytest.raises(ValueError, match=r"input_shape\['image'\]\[1\]: expected an int >= 8, got int 4"):
+        MultiModalModel(6).build([(None, 4, 16, 3), (None, 4)])
+    with pytest.raises(ValueError, match=r"input_shape\['meta'\]: expected a shape of rank 2"):
         MultiModalModel(6).build([(None, 16, 16, 3), (None, 4, 1)])
-    with pytest.raises(ValueError, match="input_shape: expected a dict"):
+    with pytest.raises(ValueError, match=r"input_shape: expected a pair \(image, meta\) or a dict"):
         MultiModalModel(6).build([(None, 16, 16, 3)])
 
 
 @pytest.mark.parametrize(
     "make_inputs, match",
     [
-        (lambda d: d["image"], "inputs: expected a dict .* got one EagerTensor of shape"),
-        (lambda d: [d["image"]], "inputs: expected a dict .* got a list of 1 items"),
+        (lambda d: tf.constant(d["image"]), "inputs: expected a pair .* got one EagerTensor of shape"),
+        (lambda d: [d["image"]], "inputs: expected a pair .* got a list of 1 items"),
         (lambda d: {"img": d["image"], "meta": d["meta"]}, r"got a dict with keys \['img', 'meta'\]"),
     ],
 )
@@ -238,3 +240,70 @@ def test_copy_weights_rejects_mismatched_models():
         copy_weights(functional, narrower)
     with pytest.raises(TypeError, match="target: expected a keras.Model, got Dense"):
         copy_weights(functional, keras.layers.Dense(2))
+
+
+# ---------------------------------------------------------------- issue 16
+
+
+@pytest.mark.parametrize("argument, value", [("image_units", None), ("image_units", 0), ("meta_units", (4, 0)),
+                                             ("meta_units", "16"), ("filters", (8, None))])
+def test_functional_multimodal_errors_name_the_argument_passed(argument, value):
+    # image_units=None used to say "units: ..." (the name inside image_branch).
+    with pytest.raises((TypeError, ValueError), match=rf"^{argument}(\[\d\])?: expected "):
+        functional_multimodal((16, 16, 3), 4, 6, **{argument: value})
+
+
+@pytest.mark.parametrize("build", [False, True], ids=["unbuilt", "built"])
+@pytest.mark.parametrize("make_inputs, match", [
+    (lambda d: d["image"], r"^inputs: expected a pair \(image, meta\) or a dict with keys 'image' and 'meta', "
+                           r"got one ndarray of shape \(32, 16, 16, 3\)$"),
+    (lambda d: (d["meta"], d["meta"]), r"^inputs\['image'\]: expected images \(batch, height, width, channels\)"),
+    (lambda d: (d["image"], d["image"]), r"^inputs\['meta'\]: expected metadata \(batch, meta_dim\)"),
+    (lambda d: (d["image"][:, :4, :4], d["meta"]), r"^inputs\['image'\]: .*height and width >= 8"),
+    (lambda d: (None, d["meta"]), r"^inputs\['image'\]: expected images .*, got NoneType None$"),
+])
+def test_subclass_call_says_what_the_model_expects(data, make_inputs, match, build):
+    # Unbuilt, one array used to give "input_shape: ... a tuple of 4 items" from build.
+    inputs, _ = data
+    model = _pair()[1] if build else MultiModalModel(6)
+    with pytest.raises(ValueError, match=match):
+        model(make_inputs(inputs))
+
+
+def test_subclass_call_checks_do_not_stop_fit_or_a_functional_wrapper(data):
+    inputs, labels = data
+    model = MultiModalModel(6)
+    symbolic = [keras.Input((16, 16, 3)), keras.Input((4,))]
+    wrapper = keras.Model(symbolic, model(symbolic))
+    assert wrapper.output_shape == (None, 6)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", jit_compile=True)
+    history = model.fit(inputs, labels, epochs=1, batch_size=16, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+@pytest.mark.parametrize("unbuilt", ["source", "target"])
+def test_copy_weights_refuses_an_unbuilt_model(unbuilt):
+    # An unbuilt source used to copy nothing and return [].
+    models = {"source": functional_multimodal((16, 16, 3), 4, 6), "target": MultiModalModel(6)}
+    models["target"].build(SHAPES)
+    models[unbuilt] = MultiModalModel(6)
+    with pytest.raises(ValueError, match=rf"^{unbuilt}: expected a built keras.Model \(build it or call it on data"
+                                         r" first\), got MultiModalModel <MultiModalModel .*built=False>$"):
+        copy_weights(**models)
+
+
+@pytest.mark.parametrize("make", [lambda v: image_branch((16, 16, 3), units=v), lambda v: meta_branch(v),
+                                  lambda v: MultiModalModel(6, fused_units=v),
+                                  lambda v: functional_multimodal((16, 16, 3), 4, v)])
+def test_widths_have_a_maximum_checked_before_any_weight_is_made(make):
+    with pytest.raises(ValueError, match=r"^\w+: expected an int >= \d and <= 1048576, got int 1000000000000$"):
+        make(10**12)
+
+
+@pytest.mark.parametrize("name", ["", None, 3])
+def test_branch_and_model_names_must_be_non_empty_strings(name):
+    for build in (lambda: image_branch(name=name), lambda: meta_branch(name=name),
+                  lambda: functional_multimodal(name=name)):
+        with pytest.raises((TypeError, ValueError), match=r"^name: expected a non-empty str, got "):
+            build()
+
