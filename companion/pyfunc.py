@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import check_int, check_real, describe
+from companion._checks import check_int, check_real, describe, float_tensor
 
 #: OpenCV's fixed kernels for ``sigma <= 0`` and small odd sizes (numerators; divide by sum).
 #: Sizes 3, 5 and 7 are binomial-like, 9 a rounded Gaussian (OpenCV 4.12 and 5.0 both have it).
@@ -33,11 +33,13 @@ SMALL_KERNELS = {
 }
 #: Image dtypes ``cv2_blur`` and ``py_function_blur`` accept (what OpenCV blurs).
 OPENCV_DTYPES = (np.uint8, np.float32, np.float64)
+#: The longest kernel: OpenCV's time grows with ksize squared on small images (0.2 s at this size).
+MAX_KSIZE = 2**15 - 1
 
 
 def check_ksize(ksize: object) -> int:
-    """Return ``ksize`` as an int if it is a positive odd int (a Gaussian kernel's length)."""
-    ksize = check_int(ksize, "ksize", minimum=1)
+    """Return ``ksize`` as an int if it is an odd int in ``[1, MAX_KSIZE]`` (a Gaussian kernel's length)."""
+    ksize = check_int(ksize, "ksize", minimum=1, maximum=MAX_KSIZE)
     if ksize % 2 == 0:
         raise ValueError(f"ksize: expected an odd int >= 1, got {describe(ksize)}")
     return ksize
@@ -57,7 +59,7 @@ def gaussian_kernel(ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
     the Gaussian with ``sigma = 0.3 * ((ksize - 1) / 2 - 1) + 0.8``.
 
     Args:
-        ksize: Kernel length, a positive odd int.
+        ksize: Kernel length, a positive odd int up to ``MAX_KSIZE``.
         sigma: Standard deviation in pixels, >= 0; 0 selects OpenCV's rule above.
 
     Returns:
@@ -66,7 +68,8 @@ def gaussian_kernel(ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
 
     Raises:
         TypeError: If ``ksize`` is not an int or ``sigma`` not a real number.
-        ValueError: If ``ksize`` is even or < 1, or ``sigma`` is negative or not finite.
+        ValueError: If ``ksize`` is even, < 1 or > ``MAX_KSIZE``, or ``sigma`` is negative or not
+            finite.
 
     Example:
         >>> gaussian_kernel(5) * 16
@@ -110,9 +113,7 @@ def cv2_blur(image: np.ndarray, ksize: int = 5, sigma: float = 0.0) -> np.ndarra
 
     ksize, sigma = check_ksize(ksize), check_sigma(sigma)
     if not isinstance(image, np.ndarray):
-        raise TypeError(
-            f"image: expected a NumPy array (call .numpy() on a tensor), got {type(image).__name__}"
-        )
+        raise TypeError(f"image: expected a NumPy array (call .numpy() on a tensor), got {describe(image)}")
     if image.dtype not in OPENCV_DTYPES:
         raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype}")
     if image.ndim not in (2, 3, 4):
@@ -125,7 +126,10 @@ def cv2_blur(image: np.ndarray, ksize: int = 5, sigma: float = 0.0) -> np.ndarra
 
 def _opencv_tensor(image: Any) -> tf.Tensor:
     """``image`` as a tensor that ``cv2_blur`` can take: dtype and rank checked."""
-    image = tf.convert_to_tensor(image)
+    try:
+        image = tf.convert_to_tensor(image)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"image: expected a tensor or array of uint8, float32 or float64, got {describe(image)}") from error
     if image.dtype.as_numpy_dtype not in OPENCV_DTYPES:
         raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype.name}")
     if image.shape.rank not in (2, 3, 4):
@@ -204,6 +208,18 @@ def numpy_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Te
     return tf.ensure_shape(blurred, image.shape)  # the output shape is unknown
 
 
+def _reflect(x: tf.Tensor, pad: int, axis: int) -> tf.Tensor:
+    """``x`` with ``pad`` mirrored entries on both sides of ``axis`` (OpenCV's BORDER_REFLECT_101).
+
+    Slices and reverses, as XLA lowers ``tf.pad(mode="REFLECT")`` anyway: XLA's mirror pad
+    refuses a tensor with any empty axis, an empty batch included (a RET_CHECK failure).
+    """
+    before = (slice(None),) * axis
+    left = tf.reverse(x[before + (slice(1, pad + 1),)], [axis])
+    right = tf.reverse(x[before + (slice(-pad - 1, -1),)], [axis])
+    return tf.concat([left, x, right], axis)
+
+
 def _separable_blur(images: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """Reflect-pad NHWC ``images``, then blur along W and along H by shifted, weighted sums.
 
@@ -212,19 +228,31 @@ def _separable_blur(images: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """
     pad = kernel.shape[0] // 2
     dynamic = tf.shape(images)
-    height, width, channels = (images.shape[i] or dynamic[i] for i in (1, 2, 3))
-    x = tf.pad(images, [[0, 0], [0, 0], [pad, pad], [0, 0]], mode="REFLECT")
-    x = tf.reshape(x, [-1, height, (width + 2 * pad) * channels])
+    batch, height, width, channels = (images.shape[i] if images.shape[i] is not None else dynamic[i] for i in range(4))
+    x = tf.reshape(_reflect(images, pad, 2), [batch, height, (width + 2 * pad) * channels])
     x = sum(kernel[j] * x[:, :, j * channels : (j + width) * channels] for j in range(2 * pad + 1))
-    x = tf.pad(x, [[0, 0], [pad, pad], [0, 0]], mode="REFLECT")
+    x = _reflect(x, pad, 1)
     x = sum(kernel[j] * x[:, j : j + height] for j in range(2 * pad + 1))
-    return tf.reshape(x, [-1, height, width, channels])
+    return tf.reshape(x, [batch, height, width, channels])
 
 
 # XLA fuses the padding and the shifted sums into a few loops: the fastest variant we
 # measured on CPU (chapter 3 compares it with depthwise convolutions and unfused ops).
 # Traced once per kernel size, dtype and input shape.
 _separable_blur_xla = tf.function(_separable_blur, jit_compile=True)
+
+
+def _float_images(images: Any, name: str, ksize: int) -> tf.Tensor:
+    """``images`` as a float tensor of rank 3 or 4 whose sides reflect padding for ``ksize`` takes."""
+    images = float_tensor(images, name)
+    if images.shape.rank not in (3, 4):
+        raise ValueError(f"{name}: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {images.shape}")
+    if any(d is not None and d <= ksize // 2 for d in images.shape[-3:-1]):
+        raise ValueError(
+            f"{name}: expected height and width > ksize // 2 = {ksize // 2} for reflect "
+            f"padding, got shape {images.shape}"
+        )
+    return images
 
 
 def native_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
@@ -236,7 +264,8 @@ def native_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
 
     Args:
         images: Float tensor or array ``(H, W, C)`` or a batch ``(N, H, W, C)``; height and
-            width must exceed ``ksize // 2`` (reflect padding needs that many pixels).
+            width must exceed ``ksize // 2`` (reflect padding needs that many pixels). An
+            empty batch gives an empty batch.
         ksize: Kernel size, a positive odd int.
         sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
 
@@ -253,21 +282,9 @@ def native_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
         TensorShape([1, 8, 8, 3])
     """
     ksize, sigma = check_ksize(ksize), check_sigma(sigma)
-    images = tf.convert_to_tensor(images)
-    if not images.dtype.is_floating:
-        raise TypeError(
-            f"images: expected a floating dtype (cast integer images first), got {images.dtype.name}"
-        )
+    images = _float_images(images, "images", ksize)
     rank = images.shape.rank
-    if rank not in (3, 4):
-        raise ValueError(f"images: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {images.shape}")
     batch = images if rank == 4 else images[tf.newaxis]
-    height, width = batch.shape[1], batch.shape[2]
-    if any(d is not None and d <= ksize // 2 for d in (height, width)):
-        raise ValueError(
-            f"images: expected height and width > ksize // 2 = {ksize // 2} for reflect "
-            f"padding, got shape {images.shape}"
-        )
     kernel = tf.constant(gaussian_kernel(ksize, sigma), dtype=images.dtype)
     blurred = _separable_blur_xla(batch, kernel)
     return blurred if rank == 4 else blurred[0]
@@ -287,7 +304,7 @@ class GaussianBlur(keras.layers.Layer):
 
     Raises:
         TypeError, ValueError: As ``native_blur``, at construction for ``ksize`` / ``sigma``
-            and at call time for the images.
+            and at call time for the images (named ``inputs``, checked before Keras sees them).
 
     Example:
         >>> layer = GaussianBlur(ksize=3)
@@ -299,6 +316,12 @@ class GaussianBlur(keras.layers.Layer):
         super().__init__(**kwargs)
         self.ksize = check_ksize(ksize)
         self.sigma = check_sigma(sigma)
+
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        """Check ``inputs`` before Keras converts them (its errors would not name them)."""
+        if not isinstance(inputs, keras.KerasTensor):  # a functional model's symbolic input passes
+            inputs = _float_images(inputs, "inputs", self.ksize)
+        return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return native_blur(inputs, self.ksize, self.sigma)

@@ -198,9 +198,9 @@ def test_layer_rejects_bad_arguments_at_construction():
 
 
 def test_bad_images():
-    with pytest.raises(TypeError, match="images: expected a floating dtype"):
+    with pytest.raises(TypeError, match=r"^images: expected a floating-point tensor .*, got dtype int32"):
         native_blur(np.zeros((8, 8, 3), np.int32))
-    with pytest.raises(TypeError, match="images: expected a floating dtype"):
+    with pytest.raises(TypeError, match=r"^inputs: expected a floating-point tensor .*, got dtype uint8"):
         GaussianBlur()(np.zeros((1, 8, 8, 3), np.uint8))
     with pytest.raises(ValueError, match="images: expected rank 3"):
         native_blur(np.zeros((8, 8), np.float32))
@@ -217,3 +217,71 @@ def test_bad_images():
             wrapper(np.zeros((8,), np.float32))
     with pytest.raises(ValueError, match="rank 2, 3 or 4"):
         cv2_blur(np.zeros((2, 2, 8, 8, 3), np.float32))
+
+
+# ---------------------------------------------------------------- issue 16
+
+
+def _blur_in(how, fn, images):
+    """``fn(images)`` eagerly, in a tf.function whose batch size is unknown, or compiled with XLA."""
+    if how == "eager":
+        return fn(images)
+    signature = [tf.TensorSpec([None, *images.shape[1:]], images.dtype)]
+    return tf.function(fn, input_signature=signature, jit_compile=how == "xla")(images)
+
+
+_BLURS = {"native_blur": native_blur, "GaussianBlur": GaussianBlur(5), "py_function_blur": py_function_blur,
+          "numpy_function_blur": numpy_function_blur}
+# py_function and numpy_function have no XLA kernel: they run eagerly and in a tf.function only.
+_EMPTY_BATCH_RUNS = [(blur, how) for blur in _BLURS for how in ("eager", "tf.function", "xla")
+                     if how != "xla" or blur in ("native_blur", "GaussianBlur")]
+
+
+@pytest.mark.parametrize("blur, how", _EMPTY_BATCH_RUNS)
+def test_an_empty_batch_gives_an_empty_batch(blur, how):
+    # XLA's mirror pad used to stop native_blur: "RET_CHECK failure (mirror_pad_op.cc:62)".
+    out = _blur_in(how, _BLURS[blur], tf.zeros((0, 8, 8, 3)))
+    assert tuple(out.shape) == (0, 8, 8, 3)
+
+
+def test_an_empty_batch_passes_a_model_with_the_layer_in_fit_and_predict_on_batch():
+    model = keras.Sequential([keras.Input((8, 8, 3)), GaussianBlur(3), keras.layers.Flatten(),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    assert model.predict_on_batch(np.zeros((0, 8, 8, 3), "float32")).shape == (0, 1)
+    history = model.fit(_images((4, 8, 8, 3)), np.zeros((4, 1), "float32"), batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+@pytest.mark.parametrize("ksize, sigma", [(1, 0.0), (3, 0.0), (5, 1.1), (15, 2.5)])
+def test_reflect_padding_by_slices_still_equals_opencv_at_the_smallest_sizes(ksize, sigma):
+    images = _images((2, ksize // 2 + 1, ksize // 2 + 2, 2))  # the smallest images reflect padding takes
+    np.testing.assert_allclose(native_blur(images, ksize, sigma), _opencv(images, ksize, sigma), atol=1e-6)
+
+
+def test_ksize_has_a_maximum_checked_before_the_kernel_is_made():
+    # gaussian_kernel(10**12 + 1) used to ask NumPy for 8 TB.
+    with pytest.raises(ValueError, match=r"^ksize: expected an int >= 1 and <= 32767, got int 1000000000001$"):
+        gaussian_kernel(10**12 + 1)
+    assert gaussian_kernel(32767).shape == (32767,)
+
+
+@pytest.mark.parametrize("images", [None, "abc", [[None]], {"a": 1}])
+def test_images_that_are_no_float_tensor_are_named(images):
+    with pytest.raises(TypeError, match=r"^images: expected a floating-point tensor.*, got "):
+        native_blur(images)
+    with pytest.raises(TypeError, match=r"^inputs: expected a floating-point tensor.*, got "):
+        GaussianBlur(3)(images)
+
+
+def test_layer_call_errors_name_inputs_before_keras_rewrites_them():
+    with pytest.raises(ValueError, match=r"^inputs: expected height and width > ksize // 2 = 2"):
+        GaussianBlur(5)(np.zeros((1, 2, 8, 3), "float32"))
+    with pytest.raises(ValueError, match=r"^inputs: expected rank 3 \(H, W, C\) or 4 \(N, H, W, C\)"):
+        GaussianBlur(5)(np.zeros((8, 8), "float32"))
+
+
+@pytest.mark.parametrize("image", [[[1.0, 2.0]], None, tf.zeros((8, 8))])
+def test_cv2_blur_says_what_it_got(image):
+    with pytest.raises(TypeError, match=r"^image: expected a NumPy array \(call .numpy\(\) on a tensor\), got \w+ "):
+        cv2_blur(image)

@@ -6,9 +6,9 @@ from badinput import Array, Case, Kind, Real
 from companion.pyfunc import (GaussianBlur, check_ksize, check_sigma, cv2_blur, gaussian_kernel, native_blur,
                               numpy_function_blur, py_function_blur)
 
-KSIZE = Kind("an odd int in [1, 2**20 - 1]",
-             lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v < 2**20 and v % 2 == 1,
-             extra_bad=(4, 2**20 + 1))
+KSIZE = Kind("an odd int in [1, 2**15 - 1]",
+             lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v < 2**15 and v % 2 == 1,
+             extra_bad=(4, 2**15 + 1))
 SIGMA = Real(0)
 IMAGES = np.ones((2, 8, 8, 3), "float32")
 OPENCV = Kind("a NumPy array of uint8, float32 or float64, rank 2 to 4",
@@ -19,7 +19,7 @@ OPENCV_TENSOR = Kind("an array or tensor of uint8, float32 or float64, rank 2 to
                      lambda v: Array(ranks=(2, 3, 4), floating=False).accepts(v)
                      and np.asarray(v).dtype in (np.uint8, np.float32, np.float64),
                      extra_bad=OPENCV.extra_bad)
-FLOAT_IMAGES = Array(ranks=(3, 4), extra_bad=(np.ones((2, 8, 8, 3), "int32"), np.ones((2, 2, 2, 3), "float32")))
+FLOAT_IMAGES = Array(ranks=(3, 4), extra_bad=(np.ones((2, 8, 8, 3), "int32"), np.ones((2, 1, 8, 3), "float32")))
 
 
 def _layer_call(inputs):
