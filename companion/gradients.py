@@ -25,27 +25,50 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import check_int, check_real, describe, float_tensor, is_real
+from companion._checks import (check_callable, check_instance, check_int, check_real, describe, dtype_max,
+                               float_tensor, is_real)
 
 #: Input dtypes ``gradient_error`` accepts (finite differences need a float).
 CHECKABLE_DTYPES = (tf.float16, tf.float32, tf.float64)
 
 
-def _check_bound(value: Any, name: str) -> None:
-    """A clip bound is a finite number or a tensor/array (checked later by broadcasting)."""
+def _bound(value: Any, name: str, x: tf.Tensor) -> tf.Tensor:
+    """A clip bound as a tensor of ``x``'s dtype: a number or a real tensor broadcasting to ``x``.
+
+    Its values must be finite and held by ``x``'s dtype (``1e300`` is ``inf`` in float32); they
+    are checked here when Python can see them (always, eagerly), at run time otherwise.
+    """
     if is_real(value):
-        check_real(value, name)
-    elif not (tf.is_tensor(value) or isinstance(value, np.ndarray)):
+        check_real(value, name, dtype=x.dtype)
+    elif not (tf.is_tensor(value) or isinstance(value, (np.ndarray, tf.Variable, keras.Variable))):
         raise TypeError(f"{name}: expected a finite number or a tensor, got {describe(value)}")
+    # ``dtype_hint`` keeps a Python float at x's precision (plain ``tf.cast(0.1, tf.float64)``
+    # goes via float32). A variable is read here, outside the custom-gradient op: read inside
+    # it, TensorFlow would demand a ``variables`` keyword in ``grad``.
+    bound = tf.convert_to_tensor(value, dtype_hint=x.dtype)
+    if not (bound.dtype.is_floating or bound.dtype.is_integer):
+        raise TypeError(f"{name}: expected a number or a real-valued tensor, got dtype {bound.dtype.name}")
+    try:
+        shape = tf.broadcast_static_shape(x.shape, bound.shape)
+    except ValueError:
+        shape = None
+    if shape is None or not shape.is_compatible_with(x.shape):
+        raise ValueError(f"{name}: expected a number or a tensor broadcasting to x's shape {x.shape},"
+                         f" got shape {bound.shape}")
+    known = tf.get_static_value(bound)
+    if known is not None and not np.all(np.abs(known) <= dtype_max(x.dtype)):  # False for NaN too
+        raise ValueError(f"{name}: expected finite values that {x.dtype.name} holds, got {describe(known)}")
+    return tf.cast(bound, x.dtype)
 
 
-def _check_clip_args(clip_min: Any, clip_max: Any, leak: Any) -> None:
-    """Validate the parameters shared by ``clipped_identity`` and ``ClippedIdentity``."""
-    _check_bound(clip_min, "clip_min")
-    _check_bound(clip_max, "clip_max")
-    if is_real(clip_min) and is_real(clip_max) and not clip_min < clip_max:
-        raise ValueError(f"clip_min: expected a value below clip_max={clip_max!r}, got {describe(clip_min)}")
-    check_real(leak, "leak", minimum=0)
+def _check_order(low: tf.Tensor, high: tf.Tensor, clip_max: Any) -> None:
+    """``low < high`` element-wise: checked now if the values are known, else by an op that runs first."""
+    message = f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise"
+    known_low, known_high = tf.get_static_value(low), tf.get_static_value(high)
+    if known_low is None or known_high is None:
+        tf.debugging.assert_less(low, high, message=message)  # a tf.function runs it before the clip
+    elif not np.all(known_low < known_high):
+        raise ValueError(f"{message}, got {describe(known_low)}")
 
 
 def value_and_gradient(fn: Callable[[tf.Tensor], Any], x: Any) -> tuple[np.ndarray, np.ndarray | None]:
@@ -71,8 +94,7 @@ def value_and_gradient(fn: Callable[[tf.Tensor], Any], x: Any) -> tuple[np.ndarr
         >>> value.tolist(), gradient.tolist()
         ([1.0, 4.0], [2.0, -4.0])
     """
-    if not callable(fn):
-        raise TypeError(f"fn: expected a callable taking one tensor, got {type(fn).__name__}")
+    check_callable(fn, "fn", "a callable taking one tensor")
     x = float_tensor(x, "x")
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -95,17 +117,22 @@ def clipped_identity(x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: fl
 
     Args:
         x: Floating-point tensor (or array, or nested list of floats).
-        clip_min: Lower bound: a number or a tensor that broadcasts against ``x``.
-        clip_max: Upper bound: a number or a tensor that broadcasts against ``x``.
-        leak: Non-negative factor for the gradient outside the range (0 = ``tf.clip_by_value``).
+        clip_min: Lower bound: a number or a real tensor (array, variable) that broadcasts to
+            ``x``'s shape, with finite values that ``x``'s dtype holds.
+        clip_max: Upper bound, the same way; above ``clip_min`` element-wise.
+        leak: Non-negative factor for the gradient outside the range (0 = ``tf.clip_by_value``),
+            held by ``x``'s dtype.
 
     Returns:
         The clipped tensor, same shape and dtype as ``x``.
 
     Raises:
-        TypeError: If ``x`` is not floating point, a bound is not a number or tensor, or
+        TypeError: If ``x`` is not floating point, a bound is not a number or real tensor, or
             ``leak`` is not a number.
-        ValueError: If both bounds are numbers and ``clip_min >= clip_max``, or ``leak < 0``.
+        ValueError: If a bound does not broadcast to ``x``, holds NaN, inf or a value ``x``'s
+            dtype cannot hold, ``clip_min >= clip_max`` somewhere, or ``leak`` is negative or too
+            large. Inside a ``tf.function`` a bound whose values are only known at run time is
+            checked then (``tf.errors.InvalidArgumentError``; XLA skips that check).
 
     Example:
         >>> import tensorflow as tf
@@ -116,13 +143,10 @@ def clipped_identity(x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: fl
         >>> y.numpy().tolist(), tape.gradient(y, x).numpy().tolist()
         ([-1.0, 0.5, 1.0], [0.25, 1.0, 0.25])
     """
-    _check_clip_args(clip_min, clip_max, leak)
     x = float_tensor(x, "x")
-    # Read the bounds here, outside the custom-gradient op: a variable read inside it would
-    # make TensorFlow demand a ``variables`` keyword in ``grad``. ``dtype_hint`` keeps a
-    # Python float at x's precision (plain ``tf.cast(0.1, tf.float64)`` goes via float32).
-    low = tf.cast(tf.convert_to_tensor(clip_min, dtype_hint=x.dtype), x.dtype)
-    high = tf.cast(tf.convert_to_tensor(clip_max, dtype_hint=x.dtype), x.dtype)
+    low, high = _bound(clip_min, "clip_min", x), _bound(clip_max, "clip_max", x)
+    _check_order(low, high, clip_max)
+    leak = check_real(leak, "leak", minimum=0, dtype=x.dtype)
 
     @tf.custom_gradient
     def _clip(x: tf.Tensor) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
@@ -144,13 +168,15 @@ class ClippedIdentity(keras.layers.Layer):
     get exactly zero and stay stuck).
 
     Args:
-        clip_min: Lower bound (a number).
+        clip_min: Lower bound (a number the layer's compute dtype holds).
         clip_max: Upper bound (a number), greater than ``clip_min``.
         leak: Non-negative gradient factor outside the range.
         **kwargs: Passed to ``keras.layers.Layer`` (``name``, ``dtype``, ...).
 
     Raises:
-        TypeError, ValueError: As ``clipped_identity`` for the three parameters.
+        TypeError, ValueError: As ``clipped_identity`` for the three parameters, checked against
+            the compute dtype (float16 under ``mixed_float16``: at most 65504), and at call time
+            for the inputs (named ``inputs``).
 
     Example:
         >>> import numpy as np
@@ -160,12 +186,19 @@ class ClippedIdentity(keras.layers.Layer):
 
     def __init__(self, clip_min: float = -1.0, clip_max: float = 1.0, leak: float = 0.01, **kwargs: Any):
         super().__init__(**kwargs)
-        check_real(clip_min, "clip_min")
-        check_real(clip_max, "clip_max")
-        _check_clip_args(clip_min, clip_max, leak)
-        self.clip_min = float(clip_min)
-        self.clip_max = float(clip_max)
-        self.leak = float(leak)
+        self.clip_min = check_real(clip_min, "clip_min", dtype=self.compute_dtype)
+        self.clip_max = check_real(clip_max, "clip_max", dtype=self.compute_dtype)
+        if not self.clip_min < self.clip_max:
+            raise ValueError(
+                f"clip_min: expected values below clip_max ({describe(clip_max)}), got {describe(clip_min)}"
+            )
+        self.leak = check_real(leak, "leak", minimum=0, dtype=self.compute_dtype)
+
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        """Check ``inputs`` before Keras converts them (its errors would not name them)."""
+        if not isinstance(inputs, keras.KerasTensor):
+            inputs = float_tensor(inputs, "inputs")
+        return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return clipped_identity(inputs, self.clip_min, self.clip_max, self.leak)
@@ -213,7 +246,7 @@ def safe_norm(x: Any, axis: int = -1) -> tf.Tensor:
     if rank == 0:
         raise ValueError("x: expected a tensor of rank >= 1, got a scalar")
     if rank is not None and not -rank <= axis < rank:
-        raise ValueError(f"axis: expected an int in [{-rank}, {rank}) for x of rank {rank}, got {axis}")
+        raise ValueError(f"axis: expected an int in [{-rank}, {rank}) for x of rank {rank}, got {describe(axis)}")
 
     @tf.custom_gradient
     def _norm(x: tf.Tensor) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
@@ -293,11 +326,29 @@ def default_delta(dtype: Any) -> float:
         >>> default_delta("float64") == 2.0 ** -17
         True
     """
-    dtype = tf.as_dtype(dtype)
-    if dtype not in CHECKABLE_DTYPES:
-        raise TypeError(f"dtype: expected float16, float32 or float64, got {dtype.name}")
-    eps = float(np.finfo(dtype.as_numpy_dtype).eps)
+    what = "float16, float32 or float64 (a name, NumPy or TensorFlow dtype)"
+    check_instance(dtype, "dtype", (str, type, np.dtype, tf.DType), what)  # tf.as_dtype(1) is float32
+    try:
+        checked = tf.as_dtype(dtype)
+    except TypeError:
+        checked = None
+    if checked not in CHECKABLE_DTYPES:
+        raise TypeError(f"dtype: expected {what}, got {describe(dtype)}")
+    eps = float(np.finfo(checked.as_numpy_dtype).eps)
     return 2.0 ** round(math.log2(eps ** (1 / 3)))
+
+
+def _checkable_array(x: Any) -> tf.Tensor:
+    """``x`` as a tensor of a dtype in ``CHECKABLE_DTYPES`` (NumPy and Python floats stay float64)."""
+    what = "float16, float32 or float64 values"
+    try:
+        array = x if tf.is_tensor(x) else np.asarray(x)
+        dtype = tf.as_dtype(array.dtype)
+    except (TypeError, ValueError):  # no array (None, a dict, a ragged list) or text
+        raise TypeError(f"x: expected {what}, got {describe(x)}") from None
+    if dtype not in CHECKABLE_DTYPES:
+        raise TypeError(f"x: expected {what}, got dtype {dtype.name}")
+    return tf.convert_to_tensor(array, dtype)
 
 
 def gradient_error(fn: Callable[[tf.Tensor], Any], x: Any, *, delta: float | None = None) -> float:
@@ -323,24 +374,21 @@ def gradient_error(fn: Callable[[tf.Tensor], Any], x: Any, *, delta: float | Non
 
     Raises:
         TypeError: If ``fn`` is not callable or ``x`` is not float16/32/64.
-        ValueError: If ``x`` is empty or ``delta`` is not a positive finite number.
+        ValueError: If ``x`` is empty or ``delta`` is not a positive number ``x``'s dtype holds.
 
     Example:
         >>> import numpy as np, tensorflow as tf
         >>> gradient_error(tf.sin, np.linspace(-2.0, 2.0, 5)) < 1e-9
         True
     """
-    if not callable(fn):
-        raise TypeError(f"fn: expected a callable taking one tensor, got {type(fn).__name__}")
-    array = x if tf.is_tensor(x) else np.asarray(x)
-    dtype = tf.as_dtype(array.dtype)
-    if dtype not in CHECKABLE_DTYPES:
-        raise TypeError(f"x: expected float16, float32 or float64 values, got dtype {dtype.name}")
+    check_callable(fn, "fn", "a callable taking one tensor")
+    array = _checkable_array(x)
     if int(np.prod(array.shape)) == 0:
         raise ValueError(f"x: expected at least one element, got shape {tuple(array.shape)}")
+    dtype = array.dtype
     if delta is None:
         delta = default_delta(dtype)
-    else:
-        delta = check_real(delta, "delta", above=0)
-    (autodiff,), (numeric,) = tf.test.compute_gradient(fn, [tf.convert_to_tensor(array, dtype)], delta=delta)
+    else:  # maximum=, not dtype=: that would also print the lower bound -max after "> 0"
+        delta = check_real(delta, "delta", above=0, maximum=dtype_max(dtype))
+    (autodiff,), (numeric,) = tf.test.compute_gradient(fn, [array], delta=delta)
     return float(np.max(np.abs(autodiff.astype(np.float64) - numeric.astype(np.float64))))

@@ -129,7 +129,8 @@ def _opencv_tensor(image: Any) -> tf.Tensor:
     try:
         image = tf.convert_to_tensor(image)
     except (TypeError, ValueError) as error:
-        raise TypeError(f"image: expected a tensor or array of uint8, float32 or float64, got {describe(image)}") from error
+        what = "a tensor or array of uint8, float32 or float64"
+        raise TypeError(f"image: expected {what}, got {describe(image)}") from error
     if image.dtype.as_numpy_dtype not in OPENCV_DTYPES:
         raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype.name}")
     if image.shape.rank not in (2, 3, 4):

@@ -14,6 +14,7 @@ from companion.gradients import (
     gradient_error,
     log1p_exp,
     safe_norm,
+    value_and_gradient,
 )
 
 # Points inside, outside and exactly on the default bounds [-1, 1].
@@ -328,3 +329,80 @@ def test_value_and_gradient_against_closed_forms_and_none_for_flat_ops():
         value_and_gradient(tf.sin, np.arange(3))
     with pytest.raises(TypeError, match="^fn: expected a callable"):
         value_and_gradient(None, x)
+
+
+# --- issue 16: bounds and parameters checked against x's dtype; every message names its argument ----
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf.function"])
+@pytest.mark.parametrize("make", [np.array, tf.constant, lambda v: keras.Variable(v, dtype="float32")],
+                         ids=["numpy", "tensor", "keras.Variable"])
+def test_array_bounds_must_be_below_each_other_element_wise(make, graph):
+    # Used to be accepted: tf.clip_by_value then returns clip_max where clip_min > clip_max.
+    clip_min, clip_max = make([0.0, 2.0, -1.0]), make([1.0, 1.0, 1.0])
+    x = tf.constant([0.5, 0.5, 0.5])
+    fn = tf.function(clipped_identity) if graph else clipped_identity
+    error = (ValueError, tf.errors.InvalidArgumentError) if graph else ValueError
+    with pytest.raises(error, match=r"clip_min: expected values below clip_max"):
+        fn(x, clip_min, clip_max)
+
+
+@pytest.mark.parametrize("bound, error, match", [
+    (np.array([np.nan, 0.0, 0.0]), ValueError, r"^clip_min: expected finite values that float32 holds, got "),
+    (np.array([-1e300, 0.0, 0.0]), ValueError, r"^clip_min: expected finite values that float32 holds, got "),
+    (-1e300, ValueError, r"^clip_min: expected a finite number >= -3.40282e\+38 and <= 3.40282e\+38, got "),
+    (np.ones((2, 2)), ValueError, r"^clip_min: expected a number or a tensor broadcasting to x's shape \(2, 3\)"),
+    (np.ones((4, 2, 3)), ValueError, r"^clip_min: expected a number or a tensor broadcasting to x's shape"),
+    (np.array(["a", "b", "c"]), TypeError, r"^clip_min: expected a number or a real-valued tensor, got dtype"),
+    ([0.0, 0.0, 0.0], TypeError, r"^clip_min: expected a finite number or a tensor, got list "),
+])
+def test_bad_bounds_are_named(bound, error, match):
+    with pytest.raises(error, match=match):
+        clipped_identity(np.zeros((2, 3), "float32"), bound, 1e30)
+
+
+def test_leak_must_fit_in_x_dtype():
+    x = tf.constant([2.0])
+    with pytest.raises(ValueError, match=r"^leak: expected a finite number >= 0 and <= 3.40282e\+38, got float 1e\+300$"):
+        clipped_identity(x, leak=1e300)
+    assert clipped_identity(tf.constant([2.0], tf.float64), leak=1e300).numpy().tolist() == [1.0]
+    with pytest.raises(ValueError, match=r"^leak: .*<= 65504"):
+        clipped_identity(tf.constant([2.0], tf.float16), leak=1e5)
+
+
+def test_layer_parameters_must_fit_in_its_compute_dtype():
+    with pytest.raises(ValueError, match=r"^clip_max: expected a finite number >= -3.40282e\+38 and <= 3.40282e\+38"):
+        ClippedIdentity(0.0, 1e300)
+    with pytest.raises(ValueError, match=r"^leak: expected a finite number >= 0 and <= 65504, got float 100000.0$"):
+        ClippedIdentity(leak=1e5, dtype="mixed_float16")
+
+
+@pytest.mark.parametrize("inputs", [None, "abc", {}, [None], np.array([1, 2])])
+def test_layer_call_names_its_inputs(inputs):
+    # Keras used to rewrite the message ("Exception encountered when calling ...") or refuse
+    # the value itself ("Only input tensors may be passed as positional arguments").
+    with pytest.raises(TypeError, match=r"^inputs: expected a floating-point tensor"):
+        ClippedIdentity()(inputs)
+
+
+@pytest.mark.parametrize("dtype", [None, 1, "3", "", "int32", tf.int32, np.int64, object()])
+def test_default_delta_names_a_bad_dtype(dtype):
+    # tf.as_dtype(1) is float32 (an enum value) and tf.as_dtype(None) raised TF's own TypeError.
+    with pytest.raises(TypeError, match=r"^dtype: expected float16, float32 or float64 \(a name, NumPy or TensorFlow"
+                                        r" dtype\), got "):
+        default_delta(dtype)
+
+
+@pytest.mark.parametrize("x", [None, "abc", {"a": 1}, [None], [[1.0], [1.0, 2.0]]])
+def test_gradient_error_and_value_and_gradient_name_a_bad_x(x):
+    with pytest.raises(TypeError, match=r"^x: expected float16, float32 or float64 values, got "):
+        gradient_error(tf.sin, x)
+    with pytest.raises(TypeError, match=r"^x: expected a floating-point tensor"):
+        value_and_gradient(tf.sin, x)
+
+
+def test_gradient_error_delta_must_fit_in_x_dtype():
+    with pytest.raises(ValueError, match=r"^delta: expected a finite number > 0 and <= 3.40282e\+38"):
+        gradient_error(tf.sin, np.ones(3, "float32"), delta=1e300)
+    with pytest.raises(TypeError, match=r"^fn: expected a callable taking one tensor, got int 3$"):
+        gradient_error(3, np.ones(3))
