@@ -61,14 +61,15 @@ def _bound(value: Any, name: str, x: tf.Tensor) -> tf.Tensor:
     return tf.cast(bound, x.dtype)
 
 
-def _check_order(low: tf.Tensor, high: tf.Tensor) -> None:
+def _check_order(low: tf.Tensor, high: tf.Tensor, clip_min: Any, clip_max: Any) -> None:
     """``low < high`` element-wise: checked now if the values are known, else by an op that runs first."""
-    message = "clip_min: expected values below clip_max element-wise"
     known_low, known_high = tf.get_static_value(low), tf.get_static_value(high)
-    if known_low is None or known_high is None:
-        tf.debugging.assert_less(low, high, message=message)  # a tf.function runs it before the clip
+    if known_low is None or known_high is None:  # (no repr here: a Keras 3.10 variable's reads its value)
+        tf.debugging.assert_less(low, high, message="clip_min: expected values below clip_max element-wise")
     elif not np.all(known_low < known_high):
-        raise ValueError(f"{message} (clip_max: {describe(known_high)}), got {describe(known_low)}")
+        raise ValueError(
+            f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise, got {describe(clip_min)}"
+        )
 
 
 def value_and_gradient(fn: Callable[[tf.Tensor], Any], x: Any) -> tuple[np.ndarray, np.ndarray | None]:
@@ -145,7 +146,7 @@ def clipped_identity(x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: fl
     """
     x = float_tensor(x, "x")
     low, high = _bound(clip_min, "clip_min", x), _bound(clip_max, "clip_max", x)
-    _check_order(low, high)
+    _check_order(low, high, clip_min, clip_max)
     leak = check_real(leak, "leak", minimum=0, dtype=x.dtype)
 
     @tf.custom_gradient
@@ -190,7 +191,7 @@ class ClippedIdentity(keras.layers.Layer):
         self.clip_max = check_real(clip_max, "clip_max", dtype=self.compute_dtype)
         if not self.clip_min < self.clip_max:
             raise ValueError(
-                f"clip_min: expected values below clip_max ({describe(clip_max)}), got {describe(clip_min)}"
+                f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise, got {describe(clip_min)}"
             )
         self.leak = check_real(leak, "leak", minimum=0, dtype=self.compute_dtype)
 

@@ -343,7 +343,7 @@ def test_array_bounds_must_be_below_each_other_element_wise(make, graph):
     x = tf.constant([0.5, 0.5, 0.5])
     fn = tf.function(clipped_identity) if graph else clipped_identity
     error = (ValueError, tf.errors.InvalidArgumentError) if graph else ValueError
-    with pytest.raises(error, match=r"clip_min: expected values below clip_max element-wise"):
+    with pytest.raises(error, match=r"clip_min: expected values below clip_max.* element-wise"):
         fn(x, clip_min, clip_max)
 
 
