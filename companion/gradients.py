@@ -190,9 +190,8 @@ class ClippedIdentity(keras.layers.Layer):
         self.clip_min = check_real(clip_min, "clip_min", dtype=self.compute_dtype)
         self.clip_max = check_real(clip_max, "clip_max", dtype=self.compute_dtype)
         if not self.clip_min < self.clip_max:
-            raise ValueError(
-                f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise, got {describe(clip_min)}"
-            )
+            raise ValueError(f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise,"
+                             f" got {describe(clip_min)}")
         self.leak = check_real(leak, "leak", minimum=0, dtype=self.compute_dtype)
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
