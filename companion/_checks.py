@@ -23,8 +23,15 @@ MAX_SEED = 2**32 - 1
 
 
 def describe(value: Any) -> str:
-    """``"<type> <repr>"``, the ``got ...`` part of every message (long reprs shortened)."""
-    text = repr(value)
+    """``"<type> <repr>"``, the ``got ...`` part of every message (long reprs shortened).
+
+    A value whose repr cannot be made (a ``keras.Variable`` inside a ``tf.function`` on Keras
+    3.10 reads its value for it) is described by its shape and dtype.
+    """
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - any failure of a user object's repr
+        text = f"<shape {getattr(value, 'shape', '?')}, dtype {getattr(value, 'dtype', '?')}>"
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
@@ -112,7 +119,8 @@ def check_real(
     if dtype is not None:
         largest = dtype_max(dtype)
         maximum = largest if maximum is None else min(maximum, largest)
-        minimum = -largest if minimum is None else max(minimum, -largest)
+        if above is None:
+            minimum = -largest if minimum is None else max(minimum, -largest)
     what = " ".join(filter(None, ["a finite number" if finite else "a number",
                                   _range_text(minimum, maximum, above)]))
     if not is_real(value):

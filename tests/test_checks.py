@@ -142,3 +142,20 @@ def test_class_name_rejects_non_integer_labels(label):
 def test_nan_and_inf_parameters_are_rejected_naming_the_argument(make, argument):
     with pytest.raises(ValueError, match=rf"^{argument}: expected a finite number"):
         make()
+
+
+def test_a_positive_range_against_a_dtype_prints_only_its_bounds():
+    with pytest.raises(ValueError, match=r"^x: expected a finite number > 0 and <= 3.40282e\+38, got float -1.0$"):
+        check_real(-1.0, "x", above=0, dtype="float32")
+
+
+def test_describe_survives_a_repr_that_fails():
+    from companion._checks import describe
+
+    class ReadsItsValue:  # a keras.Variable's repr inside a tf.function on Keras 3.10
+        shape, dtype = (2,), "float32"
+
+        def __repr__(self):
+            raise RuntimeError("no value in graph mode")
+
+    assert describe(ReadsItsValue()) == "ReadsItsValue <shape (2,), dtype float32>"
