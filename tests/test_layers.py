@@ -325,6 +325,20 @@ def test_unknown_activation_raises_value_error():
         ResidualBlock(3, activation="nope")
 
 
+def test_an_unregistered_activation_keeps_keras_cause_when_reloaded(tmp_path):
+    # Chapter 4 shows this cause; the argument check must not hide it.
+    def scaled_tanh(x):
+        return 2.0 * keras.ops.tanh(x)
+
+    model = keras.Sequential([keras.Input((4,)), CustomDense(3, activation=scaled_tanh)])
+    model.save(tmp_path / "m.keras")
+    with pytest.raises(TypeError) as caught:
+        keras.saving.load_model(tmp_path / "m.keras")
+    message = str(caught.value)
+    assert "activation: expected None, a callable or a Keras activation name" in message
+    assert "Could not locate function 'scaled_tanh'" in message
+
+
 def test_changed_input_width_after_build_raises_clear_error():
     layer = CustomDense(3)
     layer(_inputs((2, 4)))
