@@ -25,14 +25,21 @@ MAX_SEED = 2**32 - 1
 def describe(value: Any) -> str:
     """``"<type> <repr>"``, the ``got ...`` part of every message (long reprs shortened).
 
-    A value whose repr cannot be made (a ``keras.Variable`` inside a ``tf.function`` on Keras
-    3.10 reads its value for it) is described by its shape and dtype.
+    An array, tensor or variable whose repr is long or spans lines is described by its shape
+    and dtype instead (``EagerTensor of shape (32, 32, 3) and dtype float32``), as is one whose
+    repr cannot be made (a ``keras.Variable`` inside a ``tf.function`` on Keras 3.10 reads its
+    value for it).
     """
+    kind = type(value).__name__
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - any failure of a user object's repr
-        text = f"<shape {getattr(value, 'shape', '?')}, dtype {getattr(value, 'dtype', '?')}>"
-    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+        text = None
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None and (text is None or "\n" in text or len(text) > 60):
+        return f"{kind} of shape {tuple(shape)} and dtype {getattr(dtype, 'name', dtype)}"
+    text = f"<{kind} object>" if text is None else text
+    return f"{kind} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def is_int(value: Any) -> bool:

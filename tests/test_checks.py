@@ -158,4 +158,17 @@ def test_describe_survives_a_repr_that_fails():
         def __repr__(self):
             raise RuntimeError("no value in graph mode")
 
-    assert describe(ReadsItsValue()) == "ReadsItsValue <shape (2,), dtype float32>"
+    assert describe(ReadsItsValue()) == "ReadsItsValue of shape (2,) and dtype float32"
+
+
+def test_describe_gives_a_long_array_or_tensor_by_shape_and_dtype():
+    import keras
+    import tensorflow as tf
+
+    from companion._checks import describe
+
+    assert describe(np.array([1.0, 2.0])) == "ndarray array([1., 2.])"
+    assert describe(tf.zeros((32, 32, 3))) == "EagerTensor of shape (32, 32, 3) and dtype float32"
+    assert describe(np.zeros((40, 3), "int32")) == "ndarray of shape (40, 3) and dtype int32"
+    layer = keras.layers.Dense(2, name="head")
+    assert describe(layer) == f"Dense {layer!r}"
