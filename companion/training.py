@@ -4,7 +4,8 @@
 loss, gradients, optional global-norm clipping, ``apply_gradients``, metrics), and
 ``make_eval_step`` its validation twin. ``fit`` is the outer loop: epochs, metrics reset each
 epoch, validation, a ``keras.utils.Progbar``, TensorBoard scalars, and a stop at the first
-non-finite loss or gradient, with the weights from before that step.
+non-finite loss, gradient or learning rate, with the weights from before that step (or right
+after an update that made a weight non-finite, or after an epoch whose validation loss is not).
 
 The same code runs on one device and under a ``tf.distribute`` strategy: the step always goes
 through ``strategy.run`` and ``strategy.reduce`` (without a strategy, TensorFlow's default
@@ -21,6 +22,7 @@ with the same model, optimizer, loss, metrics and data layout does not trace aga
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import sys
@@ -29,9 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from companion._checks import check_bool, check_int, check_real, describe
+from companion._checks import (
+    check_bool, check_callable, check_choice, check_instance, check_int, check_path, check_real, check_sequence,
+    describe, dtype_max, is_real,
+)
 
 __all__ = ["NonFiniteError", "fit", "make_eval_step", "make_train_step"]
 
@@ -42,6 +48,13 @@ MetricEntry = tuple[Any, keras.metrics.Metric, str]
 #: epoch, to refresh a live progress bar and to stop early after a non-finite step; never per step.
 READ_INTERVAL = 0.5
 
+#: The most epochs ``fit`` takes: a million passes over the data; more is a slip (``10**12`` would
+#: never end).
+MAX_EPOCHS = 10**6
+
+#: ``clip_norm`` lives in a float32 tensor: it must be finite there and must not round to 0.
+_CLIP_NORM_RANGE = (float(np.finfo(np.float32).tiny), dtype_max("float32"))
+
 #: The attribute of a model where ``fit`` keeps its traced functions (as ``model.fit`` keeps
 #: ``model.train_function``); set past Keras's attribute tracking, so it is neither a weight
 #: nor saved.
@@ -49,46 +62,83 @@ _CACHE = "_companion_fit_functions"
 
 
 class NonFiniteError(FloatingPointError):
-    """``fit`` stopped because a step's loss or one of its gradients was NaN or infinite.
+    """``fit`` stopped because a loss, a gradient, the learning rate or the weights were NaN or infinite.
 
-    The step's gradients were not applied, nor those of any later step: the model holds the
-    weights from before that step. A finite loss with non-finite gradients happens, e.g., when a
-    NaN input reaches a ``Dense`` layer with a ReLU in compiled code: TensorFlow's graph
-    optimizer runs such a layer as one fused MatMul+BiasAdd+ReLU kernel, which outputs 0 where a
-    separate ReLU would pass the NaN on, so the forward pass and the loss stay finite while the
-    layer's kernel gradient (its input times the upstream gradient) is NaN. With a
-    ``keras.optimizers.LossScaleOptimizer`` only a non-finite loss stops training: non-finite
-    (scaled) gradients are its business (it skips the step and lowers its loss scale).
+    ``cause`` says which, and the message says what the model holds:
+
+    - ``"loss"``, ``"gradients"``, ``"learning_rate"``: a training step's loss, one of its gradients
+      or the optimizer's learning rate (e.g. from a schedule) was not finite. The step's gradients
+      were not applied, nor those of any later step: the model keeps the weights from before it.
+    - ``"weights"``: the step applied its update and a weight came out NaN or infinite (e.g. an
+      optimizer setting that overflows): training stopped after that step, with those weights.
+    - ``"val_loss"``: the loss on ``validation_data`` was not finite (NaN or inf in its inputs or
+      targets, or in the model's output on them): training stopped after the epoch's training.
+
+    A finite loss with non-finite gradients happens, e.g., when a NaN input reaches a ``Dense``
+    layer with a ReLU in compiled code: TensorFlow's graph optimizer runs such a layer as one fused
+    MatMul+BiasAdd+ReLU kernel, which outputs 0 where a separate ReLU would pass the NaN on, so
+    the forward pass and the loss stay finite while the layer's kernel gradient (its input times
+    the upstream gradient) is NaN. With a ``keras.optimizers.LossScaleOptimizer`` non-finite
+    (scaled) gradients do not stop training: they are its business (it skips the step and lowers
+    its loss scale).
 
     Attributes:
         epoch: The epoch of the bad step (counted from 1).
-        step: The step within that epoch (counted from 1).
-        loss: The step's loss (``nan`` or ``inf``, or a finite value when only gradients were not).
+        step: The step within that epoch (counted from 1; a validation step for ``"val_loss"``).
+        loss: The step's loss (``nan`` or ``inf``, or a finite value when only something else was not).
         history: The history of the epochs completed before this one.
+        cause: One of :attr:`CAUSES`.
     """
 
-    def __init__(self, epoch: int, step: int, loss: float, history: dict[str, list[float]]) -> None:
-        what = f"loss is {loss}" if not math.isfinite(loss) else f"gradients are not finite (loss {loss:.4g})"
-        super().__init__(
-            f"{what} at epoch {epoch}, step {step}: training stopped before applying that step's "
-            f"gradients, so the model keeps the weights from before it"
-        )
-        self.epoch, self.step, self.loss, self.history = epoch, step, loss, history
+    #: What can stop training, each with what the message says about it and about the weights.
+    CAUSES = {
+        "loss": ("loss is {loss}", "training stopped before applying that step's gradients, so the model keeps the "
+                 "weights from before it"),
+        "gradients": ("gradients are not finite (loss {loss:.4g})", "training stopped before applying that step's "
+                      "gradients, so the model keeps the weights from before it"),
+        "learning_rate": ("the learning rate is not finite (loss {loss:.4g})", "training stopped before applying "
+                          "that step's gradients, so the model keeps the weights from before it"),
+        "weights": ("weights are not finite after the update (loss {loss:.4g})", "the optimizer's step made them "
+                    "so (check its learning rate and settings); training stopped after that step, so the model "
+                    "holds those non-finite weights"),
+        "val_loss": ("val_loss is {loss} on validation_data", "check validation_data for NaN or infinite values; "
+                     "training stopped after that epoch's training, whose weights the model keeps"),
+    }
+
+    def __init__(
+        self, epoch: int, step: int, loss: float, history: dict[str, list[float]], cause: str | None = None
+    ) -> None:
+        epoch, step = check_int(epoch, "epoch", minimum=1), check_int(step, "step", minimum=1)
+        if not is_real(loss):
+            raise TypeError(f"loss: expected a number (NaN and inf too), got {describe(loss)}")
+        loss = float(loss)
+        what = "a dict from names to lists of floats"
+        history = check_instance(history, "history", dict, what)
+        if not all(isinstance(key, str) and isinstance(values, list) for key, values in history.items()):
+            raise TypeError(f"history: expected {what}, got {describe(history)}")
+        if cause is None:
+            cause = "loss" if not math.isfinite(loss) else "gradients"
+        what, outcome = self.CAUSES[check_choice(cause, "cause", tuple(self.CAUSES))]
+        where = f"epoch {epoch}, validation step {step}" if cause == "val_loss" else f"epoch {epoch}, step {step}"
+        super().__init__(f"{what.format(loss=loss)} at {where}: {outcome}")
+        self.epoch, self.step, self.loss, self.history, self.cause = epoch, step, loss, history, cause
 
 
 def _check_model(model: Any) -> keras.Model:
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"model: expected a keras.Model, got {describe(model)}")
-    return model
+    return check_instance(model, "model", keras.Model, "a keras.Model")
 
 
-def _check_trainable(model: keras.Model) -> list[Any]:
-    """The model's trainable variables, after checking that it is built and has some."""
+def _check_built(model: keras.Model) -> None:
     if not model.built:
         raise ValueError(
             f"model: expected a built model, got an unbuilt {type(model).__name__}; call it on a batch "
             f"first, or give it an Input (fit builds it from the dataset)"
         )
+
+
+def _check_trainable(model: keras.Model) -> list[Any]:
+    """The model's trainable variables, after checking that it is built and has some."""
+    _check_built(model)
     variables = list(model.trainable_variables)
     if not variables:
         raise ValueError(f"model: expected trainable variables, got none in {type(model).__name__} "
@@ -96,56 +146,138 @@ def _check_trainable(model: keras.Model) -> list[Any]:
     return variables
 
 
-def _build(model: keras.Model, input_spec: Any, strategy: tf.distribute.Strategy) -> None:
-    """Build an unbuilt model for inputs like ``input_spec``, symbolically, as ``model.fit`` does."""
-    if model.built:
-        return
+def _check_inputs(model: keras.Model, dataset: tf.data.Dataset, name: str, strategy: tf.distribute.Strategy) -> None:
+    """Run the model symbolically (no data) on the inputs of ``dataset``, the argument ``name``.
+
+    An unbuilt model is built for them, as ``model.fit`` does; inputs a built model does not take
+    are refused here, before training, rather than when the step is traced.
+    """
+    input_spec = dataset.element_spec[0]
     symbolic = tf.nest.map_structure(lambda spec: keras.KerasTensor(spec.shape, spec.dtype), input_spec)
-    with strategy.scope():  # its variables must be the strategy's
-        model(symbolic, training=False)
+    try:
+        if model.built:
+            model.compute_output_spec(symbolic)
+        else:
+            with strategy.scope():  # its variables must be the strategy's
+                model(symbolic, training=False)
+    except (TypeError, ValueError) as error:
+        reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        raise ValueError(f"{name}: expected inputs the model takes, got {_shown(input_spec)}: "
+                         f"{reason if len(reason) <= 300 else reason[:297] + '...'}") from error
 
 
 def _check_optimizer(optimizer: Any) -> None:
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError(f"optimizer: expected a keras.optimizers.Optimizer, got {describe(optimizer)}")
+    """A Keras optimizer whose learning rate is finite now (read once; the step checks it again)."""
+    check_instance(optimizer, "optimizer", keras.optimizers.Optimizer, "a keras.optimizers.Optimizer")
+    rate = _learning_rate(optimizer)
+    if not math.isfinite(rate):
+        raise ValueError(f"optimizer: expected a finite learning rate, got {type(optimizer).__name__} with "
+                         f"learning_rate {rate}")
+
+
+def _learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
+    """The optimizer's current learning rate, read from the device (a schedule's value now)."""
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+
+
+def _check_signature(function: Any, name: str, what: str, arguments: tuple[Any, ...]) -> None:
+    """``function`` must be callable with ``arguments`` (when Python can tell its signature)."""
+    check_callable(function, name, what)
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: its call will tell
+        return
+    try:
+        signature.bind(*arguments)
+    except TypeError:
+        raise TypeError(f"{name}: expected {what}, got {describe(function)} with parameters {signature}") from None
 
 
 def _check_loss(loss: Any) -> None:
-    if not callable(loss):
-        raise TypeError(f"loss: expected a callable loss(y_true, y_pred), got {describe(loss)}")
+    _check_signature(loss, "loss", "a callable loss(y_true, y_pred)", (None, None))
+
+
+def _shown(spec: Any) -> str:
+    return repr(spec) if len(repr(spec)) <= 120 else repr(spec)[:117] + "..."
 
 
 def _check_pairs(dataset: Any, name: str) -> tf.data.Dataset:
-    """Insist on a ``tf.data.Dataset`` whose elements are ``(inputs, targets)`` pairs."""
-    if not isinstance(dataset, tf.data.Dataset):
-        raise TypeError(f"{name}: expected a tf.data.Dataset of (inputs, targets) pairs, got {describe(dataset)}")
+    """Insist on a finite, non-empty ``tf.data.Dataset`` whose elements are ``(inputs, targets)`` pairs."""
+    check_instance(dataset, name, tf.data.Dataset, "a tf.data.Dataset of (inputs, targets) pairs")
     spec = dataset.element_spec
     if not (isinstance(spec, tuple) and len(spec) == 2):
-        shown = repr(spec) if len(repr(spec)) <= 120 else repr(spec)[:117] + "..."
         raise ValueError(
-            f"{name}: expected a tf.data.Dataset of (inputs, targets) pairs, got elements {shown}; "
+            f"{name}: expected a tf.data.Dataset of (inputs, targets) pairs, got elements {_shown(spec)}; "
             f"map it to pairs first, e.g. dataset.map(lambda x, y, *rest: (x, y))"
         )
-    if int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+    cardinality = int(dataset.cardinality())
+    if cardinality == int(tf.data.INFINITE_CARDINALITY):
         raise ValueError(f"{name}: expected a finite dataset (an epoch is one pass over it), got an "
                          f"infinite one; limit it, e.g. dataset.take(steps)")
+    if cardinality == 0:
+        raise ValueError(f"{name}: expected at least one batch, got an empty dataset")
     return dataset
 
 
+def _check_element_spec(element_spec: Any) -> Any:
+    """None, or the ``element_spec`` of a dataset of ``(inputs, targets)`` pairs (type specs)."""
+    what = "None or a dataset's element_spec, a pair (inputs, targets) of tf.TypeSpec"
+    if element_spec is None:
+        return None
+    if not isinstance(element_spec, tuple) or len(element_spec) != 2:
+        raise TypeError(f"element_spec: expected {what}, got {describe(element_spec)}")
+    leaves = tf.nest.flatten(element_spec)
+    if not leaves or not all(isinstance(leaf, tf.TypeSpec) for leaf in leaves):
+        raise TypeError(f"element_spec: expected {what}, got {describe(element_spec)}")
+    return element_spec
+
+
+def _check_clip_norm(clip_norm: Any) -> float | None:
+    """None, or a global norm that float32 holds: finite, and not so small that it rounds to 0."""
+    if clip_norm is None:
+        return None
+    smallest, largest = _CLIP_NORM_RANGE
+    number = check_real(clip_norm, "clip_norm", above=0, maximum=largest)
+    if number < smallest:
+        raise ValueError(f"clip_norm: expected a finite number >= {smallest:g} (the smallest normal float32) "
+                         f"and <= {largest:g}, got {describe(clip_norm)}")
+    return number
+
+
+def _check_log_dir(log_dir: Any) -> str | None:
+    """None, or a non-empty path that is a folder or can become one."""
+    if log_dir is None:
+        return None
+    path = check_path(log_dir, "log_dir")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"log_dir: expected a folder for TensorBoard's files, got {describe(log_dir)}, "
+                         f"an existing file")
+    return os.fspath(path)
+
+
+def _check_metric(metric: Any, name: str) -> keras.metrics.Metric:
+    return check_instance(metric, name, keras.metrics.Metric, "a keras.metrics.Metric")
+
+
 def _metric_entries(metrics: Any) -> list[MetricEntry]:
-    """Flatten ``metrics`` (a sequence, or a mapping from output key to metrics) into entries."""
+    """Flatten ``metrics`` (a sequence, or a mapping from output key to metrics) into entries.
+
+    Each entry's log name must be its own and not ``"loss"``: the history has one list per name.
+    """
+    what = "a list of keras.metrics.Metric or a mapping from output key to metrics"
     if isinstance(metrics, Mapping):
         pairs = [(key, m) for key, value in metrics.items()
-                 for m in (value if isinstance(value, Sequence) else [value])]
-    elif isinstance(metrics, Sequence) and not isinstance(metrics, str):
-        pairs = [(None, m) for m in metrics]
+                 for m in (check_sequence(value, f"metrics[{key!r}]", "metrics", item=_check_metric, min_length=0)
+                           if isinstance(value, (list, tuple)) else [_check_metric(value, f"metrics[{key!r}]")])]
     else:
-        raise TypeError(f"metrics: expected a sequence of keras.metrics.Metric or a mapping "
-                        f"from output key to metrics, got {describe(metrics)}")
-    for _, metric in pairs:
-        if not isinstance(metric, keras.metrics.Metric):
-            raise TypeError(f"metrics: expected keras.metrics.Metric instances, got {describe(metric)}")
-    return [(key, m, m.name if key is None else f"{key}_{m.name}") for key, m in pairs]
+        pairs = [(None, m) for m in check_sequence(metrics, "metrics", what, item=_check_metric, min_length=0)]
+    entries = [(key, m, m.name if key is None else f"{key}_{m.name}") for key, m in pairs]
+    names = [name for _, _, name in entries]
+    for name in names:
+        if name == "loss" or names.count(name) > 1:
+            raise ValueError(f"metrics: expected metrics with distinct names other than 'loss', got "
+                             f"{describe(metrics)}, whose names clash on {name!r}")
+    return entries
 
 
 def _check_strategy(strategy: Any, model: keras.Model, optimizer: Any) -> tf.distribute.Strategy:
@@ -215,22 +347,52 @@ def _count_nonfinite(share: tf.Tensor, gradients: list[Any]) -> tf.Tensor:
     return tf.cast(tf.logical_not(finite), tf.int32)
 
 
+def _check_metric_keys(entries: list[MetricEntry], structure: Any, what: str) -> None:
+    """Each output key of ``entries`` must be a key of ``structure`` (outputs or targets)."""
+    for key, _, _ in entries:
+        if key is not None and not (isinstance(structure, Mapping) and key in structure):
+            keys = sorted(structure) if isinstance(structure, Mapping) else "none: a single tensor"
+            raise ValueError(f"metrics: expected keys of {what} ({keys}), got {key!r}")
+
+
+def _check_output_keys(entries: list[MetricEntry], model: keras.Model) -> None:
+    """Check the metrics' output keys now when Keras knows the outputs (a Functional model);
+    otherwise the step checks them when it is traced."""
+    try:
+        outputs = model.output
+    except (AttributeError, ValueError):
+        return
+    _check_metric_keys(entries, outputs, "the model's outputs")
+
+
 def _update_metrics(entries: list[MetricEntry], y: Any, predictions: Any) -> None:
+    _check_metric_keys(entries, predictions, "the model's outputs")  # runs while tracing
+    _check_metric_keys(entries, y, "the targets")
     for key, metric, _ in entries:
         metric.update_state(y if key is None else y[key], predictions if key is None else predictions[key])
 
 
-def _clip_by_global_norm(gradients: list[Any], clip_norm: Any) -> list[Any]:
+def _clip_by_global_norm(gradients: list[Any], clip_norm: float, loss_scale: Any) -> list[Any]:
     """Scale every replica's gradients by ``min(1, clip_norm / norm)`` of the *summed* gradients.
 
     The optimizer sums the replicas' gradients; clipping each replica's part by its own norm
-    would bound the wrong vector. With one replica the all-reduce is the identity. Non-finite
-    gradients come out NaN (and are then refused, by the step or by a loss-scale optimizer).
+    would bound the wrong vector. With one replica the all-reduce is the identity. The gradients
+    are those of the loss times ``loss_scale`` (1 without a loss-scale optimizer). The norm is
+    divided by the scale and by ``clip_norm``, and clipped to 1: ``tf.clip_by_global_norm`` with
+    ``clip_norm`` itself computes ``1 / clip_norm``, which float32 flushes to 0 above about 8.5e37
+    (every gradient zeroed), and a limit multiplied by the scale overflows. Non-finite gradients
+    come out NaN (and are then refused, by the step or by a loss-scale optimizer).
     """
     present = [g for g in gradients if g is not None]
     summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, present)
-    clipped, _ = tf.clip_by_global_norm(gradients, clip_norm, use_norm=tf.linalg.global_norm(summed))
+    relative = tf.linalg.global_norm(summed) / tf.cast(loss_scale, tf.float32) / clip_norm
+    clipped, _ = tf.clip_by_global_norm(gradients, 1.0, use_norm=relative)
     return clipped
+
+
+def _all_finite(variables: list[Any]) -> tf.Tensor:
+    """Whether every element of ``variables`` is finite (elementwise: a large weight is no overflow)."""
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
 
 
 def _function(fn: Callable[..., Any], element_spec: Any) -> Any:
@@ -262,11 +424,14 @@ def make_train_step(
     loss scale and divides the gradients by it again), takes the gradients of
     ``model.trainable_variables`` (so frozen layers, ``layer.trainable = False``, stay as they
     are), clips them to a global norm if asked, applies them with ``optimizer`` and updates
-    ``metrics``. If the loss or a gradient is not finite (on any replica), the gradients are
-    **not** applied: the weights and the optimizer stay as they were (the metrics are still
-    updated), and ``"applied"`` says so. With a ``LossScaleOptimizer`` only the loss is checked
-    here: non-finite scaled gradients are the optimizer's to skip (it lowers its scale). Write
-    your own outer loop around it, or use :func:`fit`.
+    ``metrics``. If the loss, a gradient (on any replica) or the learning rate is not finite,
+    the gradients are **not** applied: the weights and the optimizer stay as they were (the
+    metrics are still updated), and ``"applied"`` says so. With a ``LossScaleOptimizer`` the
+    gradients are not checked here: non-finite scaled gradients are the optimizer's to skip (it
+    lowers its scale). After an update the step checks the weights: ``"weights_finite"`` is
+    False when the update made one NaN or infinite (e.g. an optimizer setting that overflows);
+    stop there. Write your own outer loop around it, or use :func:`fit`. Make the step after
+    freezing layers: it trains the variables that were trainable when it was made.
 
     Args:
         model: A built ``keras.Model`` (created under ``strategy.scope()`` when a strategy is given).
@@ -281,24 +446,31 @@ def make_train_step(
         metrics: Keras metrics updated with ``(y, predictions)``, or a mapping from an output key
             to metrics updated with ``(y[key], predictions[key])``. Reset them yourself
             (``metric.reset_state()``) between epochs.
-        clip_norm: Clip the gradients to this global norm (> 0) before applying them; None: no clipping.
+        clip_norm: Clip the gradients to this global norm before applying them (> 0 and at most
+            float32's largest value, about 3.4e38; values that round to 0 in float32 are
+            refused); None: no clipping.
         strategy: A ``tf.distribute`` strategy; None runs on one device.
-        element_spec: The ``element_spec`` of the dataset the step will get (of the distributed
-            dataset, with a strategy): the step is then traced once. None: traced per new input
-            shape, with shapes relaxed after the second.
+        element_spec: The ``element_spec`` of the dataset the step will get, an ``(inputs,
+            targets)`` pair of ``tf.TypeSpec`` (of the distributed dataset, with a strategy): the
+            step is then traced once. None: traced per new input shape, with shapes relaxed after
+            the second.
 
     Returns:
         A ``tf.function`` taking one batch ``(x, y)`` (as the dataset yields it) and returning a
         dict with the batch's mean ``"loss"`` over all replicas, the number of ``"examples"`` in
-        the batch, and ``"applied"``, a boolean: False when the update was skipped because the loss
-        or (without a loss-scale optimizer) a gradient was not finite.
+        the batch, ``"applied"``, a boolean: False when the update was skipped because the loss,
+        the learning rate or (without a loss-scale optimizer) a gradient was not finite, and
+        ``"weights_finite"``, a boolean: False when the applied update left a weight non-finite.
 
     Raises:
-        TypeError: If an argument has the wrong type.
-        ValueError: If ``clip_norm <= 0``, the model is not built or has no trainable variables,
-            or with a strategy, if the model or optimizer was created outside its scope; when
-            first called, if ``loss`` is a plain function returning a scalar under a strategy with
-            several replicas.
+        TypeError: If an argument has the wrong type (``loss`` that cannot take two arguments
+            included).
+        ValueError: If ``clip_norm`` is out of range, the optimizer's learning rate is not
+            finite, metrics share a name (or take ``"loss"``), a metrics key is not one of a
+            Functional model's outputs, the model is not built or has no trainable variables, or
+            with a strategy, if the model or optimizer was created outside its scope; when first
+            called, if a metrics key is not one of the outputs or targets, or ``loss`` is a plain
+            function returning a scalar under a strategy with several replicas.
 
     Example:
         >>> import numpy as np
@@ -316,10 +488,12 @@ def make_train_step(
     _check_optimizer(optimizer)
     _check_loss(loss)
     entries = _metric_entries(metrics)
-    if clip_norm is not None:
-        clip_norm = check_real(clip_norm, "clip_norm", above=0)
+    clip_norm = _check_clip_norm(clip_norm)
     strategy = _check_strategy(strategy, model, optimizer)
-    return _function(_train_step(model, optimizer, loss, entries, clip_norm, strategy), element_spec)
+    element_spec = _check_element_spec(element_spec)
+    step = _train_step(model, optimizer, loss, entries, clip_norm, strategy)
+    _check_output_keys(entries, model)
+    return _function(step, element_spec)
 
 
 def _train_step(
@@ -343,8 +517,8 @@ def _train_step(
         return share, gradients, _count_nonfinite(share, [] if loss_scaling else gradients)
 
     def apply(gradients: list[Any]) -> None:
-        if clip_norm is not None:  # the gradients are scaled with the loss: so is their limit
-            gradients = _clip_by_global_norm(gradients, optimizer.scale_loss(clip_norm))
+        if clip_norm is not None:
+            gradients = _clip_by_global_norm(gradients, clip_norm, optimizer.scale_loss(tf.constant(1.0)))
         optimizer.apply_gradients(zip(gradients, variables))
 
     def step(batch: Any) -> dict[str, tf.Tensor]:
@@ -352,14 +526,15 @@ def _train_step(
         shares, gradients, nonfinite = strategy.run(forward_backward, args=(x, y))
         batch_loss = strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
         examples = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(_batch_size, args=(x,)), axis=None)
-        applied = tf.equal(strategy.reduce(tf.distribute.ReduceOp.SUM, nonfinite, axis=None), 0)
+        applied = tf.logical_and(tf.equal(strategy.reduce(tf.distribute.ReduceOp.SUM, nonfinite, axis=None), 0),
+                                 tf.math.is_finite(tf.cast(optimizer.learning_rate, tf.float32)))
 
         def apply_all() -> tf.Tensor:  # run in cross-replica context: the optimizer's merge_call needs it
             strategy.run(apply, args=(gradients,))
-            return tf.constant(True)
+            return _all_finite(variables)
 
-        tf.cond(applied, apply_all, lambda: tf.constant(False))
-        return {"loss": batch_loss, "examples": examples, "applied": applied}
+        weights_finite = tf.cond(applied, apply_all, lambda: tf.constant(True))
+        return {"loss": batch_loss, "examples": examples, "applied": applied, "weights_finite": weights_finite}
 
     return step
 
@@ -390,7 +565,9 @@ def make_eval_step(
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: With a strategy, if the model was created outside its scope.
+        ValueError: If the model is not built, metrics share a name or a metrics key is not an
+            output (as for :func:`make_train_step`), or with a strategy, if the model was created
+            outside its scope.
 
     Example:
         >>> import numpy as np
@@ -404,6 +581,9 @@ def make_eval_step(
     _check_loss(loss)
     entries = _metric_entries(metrics)
     strategy = _check_strategy(strategy, model, None)
+    element_spec = _check_element_spec(element_spec)
+    _check_built(model)
+    _check_output_keys(entries, model)
     return _function(_eval_step(model, loss, entries, strategy), element_spec)
 
 
@@ -439,10 +619,11 @@ def _epoch_function(step: Callable[[Any], dict[str, tf.Tensor]]) -> tuple[Any, d
 
     As in ``model.fit``, the compiled function takes the iterator and fetches the batch inside
     the graph. The epoch's totals are variables on the device (the loss times the examples, the
-    examples, the steps run, the first step whose gradients were not applied and the loss of the
-    last step run), so the loop needs to read nothing back per step. Once a step has not applied
-    its gradients, every later call only consumes its batch: the weights stay those from before
-    that step, and it is the last step run. ``run_next`` returns whether the iterator had a batch.
+    examples, the steps run, the first bad step and the loss of the last step run), so the loop
+    needs to read nothing back per step. A training step is bad when it did not apply its
+    gradients or left a weight non-finite; a validation step, when its loss is not finite. After
+    a bad step every later call only consumes its batch: it is the last step run, and the
+    weights stay as that step left them. ``run_next`` returns whether the iterator had a batch.
     """
     totals = {"loss": tf.Variable(0.0, dtype=tf.float64, trainable=False),
               "examples": tf.Variable(0, dtype=tf.int64, trainable=False),
@@ -460,8 +641,9 @@ def _epoch_function(step: Callable[[Any], dict[str, tf.Tensor]]) -> tuple[Any, d
             totals["loss"].assign_add(value * tf.cast(examples, tf.float64))
             totals["examples"].assign_add(examples)
             totals["last_loss"].assign(value)
-            if "applied" in out:
-                totals["bad_step"].assign(tf.where(out["applied"], tf.constant(0, tf.int64), index))
+            good = (tf.logical_and(out["applied"], out["weights_finite"]) if "applied" in out
+                    else tf.math.is_finite(value))
+            totals["bad_step"].assign(tf.where(good, tf.constant(0, tf.int64), index))
             return tf.constant(True)
 
         tf.cond(tf.logical_and(batch.has_value(), tf.equal(totals["bad_step"], 0)), run, lambda: tf.constant(False))
@@ -488,16 +670,18 @@ def _cached(model: keras.Model, kind: str, key: tuple[Any, ...], keep: tuple[Any
 
 def _run_epoch(
     function: tuple[Any, dict[str, tf.Variable]], data: Any, steps: int | None, entries: list[MetricEntry], *,
-    epoch: int, history: dict[str, list[float]], bar: keras.utils.Progbar | None = None,
+    name: str, cause: Callable[[float], str], epoch: int, history: dict[str, list[float]],
+    bar: keras.utils.Progbar | None = None,
 ) -> tuple[dict[str, float], int]:
-    """One pass over ``data``: the example-weighted mean loss, the metrics' results, the steps run.
+    """One pass over ``data`` (the argument ``name``): the mean loss, the metrics' results, the steps run.
 
     With a known number of ``steps`` the loop reads nothing back from the device until the end
     of the epoch, except every ``READ_INTERVAL`` seconds: the running loss for a live bar, and
     whether a step has failed (the remaining batches are then left unread).
 
     Raises:
-        NonFiniteError: When a training step reports that it did not apply its gradients.
+        NonFiniteError: After a bad step (see :func:`_epoch_function`); ``cause(loss)`` names its cause.
+        ValueError: If ``data`` gave no example (a dataset of unknown length can turn out empty).
     """
     run_next, totals = function
     for _, metric, _ in entries:
@@ -518,8 +702,13 @@ def _run_epoch(
                 bar.update(index, [("loss", float(totals["loss"]) / max(int(totals["examples"]), 1))])
             next_read = time.monotonic() + READ_INTERVAL
     if int(totals["bad_step"]):
-        raise NonFiniteError(epoch, int(totals["bad_step"]), float(totals["last_loss"]), history)
-    logs = {"loss": float(totals["loss"]) / max(int(totals["examples"]), 1)}
+        loss = float(totals["last_loss"])
+        raise NonFiniteError(epoch, int(totals["bad_step"]), loss, history, cause(loss))
+    examples = int(totals["examples"])
+    if not examples:
+        raise ValueError(f"{name}: expected at least one example per epoch, got a dataset that yielded "
+                         f"{int(totals['steps'])} batches and no example")
+    logs = {"loss": float(totals["loss"]) / examples}
     logs.update({name: float(metric.result()) for _, metric, name in entries})
     return logs, int(totals["steps"])
 
@@ -556,20 +745,24 @@ def fit(
             ``dataset``'s ``element_spec``, as ``model.fit`` does. Freeze layers with
             ``layer.trainable = False`` before calling; their weights then stay as they are.
         dataset: A batched ``tf.data.Dataset`` of ``(inputs, targets)`` pairs, iterated once per
-            epoch in its own order (shuffle it in the pipeline if you want shuffling); finite.
+            epoch in its own order (shuffle it in the pipeline if you want shuffling); finite and
+            not empty.
         optimizer: A Keras optimizer (created under ``strategy.scope()`` with a strategy).
         loss: ``loss(y_true, y_pred)``: per-example losses, a Keras loss (any reduction), or,
             without a strategy, any scalar loss (see :func:`make_train_step`); ``model.losses``
             (regularization penalties) are added.
-        epochs: Number of passes over ``dataset`` (>= 1).
+        epochs: Number of passes over ``dataset`` (from 1 to ``MAX_EPOCHS``, a million).
         metrics: Keras metrics (or a mapping from output key to metrics), reported per epoch
             under their names (``key_name`` for a mapping), with a ``val_`` prefix on validation.
-        validation_data: A dataset of ``(inputs, targets)`` pairs evaluated after each epoch.
-        clip_norm: Clip the gradients to this global norm (> 0); None: no clipping.
+        validation_data: A dataset of ``(inputs, targets)`` pairs evaluated after each epoch
+            (finite, not empty, with finite losses: a NaN or infinite one stops ``fit``).
+        clip_norm: Clip the gradients to this global norm (see :func:`make_train_step`); None: no
+            clipping.
         strategy: A ``tf.distribute`` strategy (e.g. ``MirroredStrategy``); the datasets are
             split over its replicas with ``experimental_distribute_dataset``. None: one device.
-        log_dir: A directory for TensorBoard: every history entry is written there as a scalar
-            per epoch (step = epoch number, from 1). None: no logs.
+        log_dir: A directory for TensorBoard (created if missing; not ``""``, not a file): every
+            history entry is written there as a scalar per epoch (step = epoch number, from 1).
+            None: no logs.
         progress: Show a ``keras.utils.Progbar``: a live bar when standard output is a terminal
             (refreshed every ``READ_INTERVAL`` seconds), one line per epoch elsewhere (notebooks,
             logs). False: silent.
@@ -583,14 +776,20 @@ def fit(
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: Before training, if a dataset does not yield ``(inputs, targets)`` pairs or
-            is infinite, ``epochs < 1``, ``clip_norm <= 0``, the model has no trainable
-            variables, or the model or optimizer was created outside ``strategy.scope()``; when
-            tracing, if a plain function returns a scalar loss under several replicas.
-        NonFiniteError: (a ``FloatingPointError``) if a training step's loss or (without a
-            loss-scale optimizer) a gradient is NaN or infinite; the message names the epoch and
-            step, and the model keeps the weights from before that step. It is raised at the
-            end of that epoch, or sooner, at the loop's next read of the device.
+        ValueError: Before training, if a dataset does not yield ``(inputs, targets)`` pairs, is
+            infinite or empty, or has inputs the model does not take, an argument is out of
+            range (``epochs``, ``clip_norm``, a ``log_dir`` that is ``""`` or a file, the
+            optimizer's learning rate not finite, metrics sharing a name), the model has no
+            trainable variables, or the model or optimizer was created outside
+            ``strategy.scope()``; when tracing, if a metrics key is not an output or a target,
+            or a plain function returns a scalar loss under several replicas; at the end of an
+            epoch, if a dataset of unknown length gave no example.
+        NonFiniteError: (a ``FloatingPointError``) if a training step's loss, the learning rate
+            or (without a loss-scale optimizer) a gradient is NaN or infinite (the model keeps
+            the weights from before that step), if an update made a weight NaN or infinite (the
+            model holds those weights), or if the loss on ``validation_data`` is (the model keeps
+            the epoch's weights); the message names the cause, the epoch and the step. It is
+            raised at the end of that epoch, or sooner, at the loop's next read of the device.
 
     Example:
         >>> import numpy as np
@@ -610,18 +809,19 @@ def fit(
     dataset = _check_pairs(dataset, "dataset")
     if validation_data is not None:
         validation_data = _check_pairs(validation_data, "validation_data")
-    epochs = check_int(epochs, "epochs", minimum=1)
-    if clip_norm is not None:
-        clip_norm = check_real(clip_norm, "clip_norm", above=0)
+    epochs = check_int(epochs, "epochs", minimum=1, maximum=MAX_EPOCHS)
+    clip_norm = _check_clip_norm(clip_norm)
     progress = check_bool(progress, "progress")
-    if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
-        raise TypeError(f"log_dir: expected a directory path or None, got {describe(log_dir)}")
-    if on_epoch_end is not None and not callable(on_epoch_end):
-        raise TypeError(f"on_epoch_end: expected a callable or None, got {describe(on_epoch_end)}")
+    log_dir = _check_log_dir(log_dir)
+    if on_epoch_end is not None:
+        _check_signature(on_epoch_end, "on_epoch_end", "a callable(epoch, logs) or None", (1, {}))
     entries = _metric_entries(metrics)
     strategy = _check_strategy(strategy, model, optimizer)
-    _build(model, dataset.element_spec[0], strategy)
+    _check_inputs(model, dataset, "dataset", strategy)
+    if validation_data is not None:
+        _check_inputs(model, validation_data, "validation_data", strategy)
     variables = _check_trainable(model)
+    _check_output_keys(entries, model)
 
     train_data = _distribute(dataset, strategy)
     metric_key = tuple((key, id(metric)) for key, metric, _ in entries)
@@ -643,14 +843,16 @@ def fit(
     names = ["loss", *(name for _, _, name in entries)]
     names += [f"val_{name}" for name in names]
     history: dict[str, list[float]] = {}
-    writer = tf.summary.create_file_writer(os.fspath(log_dir)) if log_dir is not None else None
+    writer = tf.summary.create_file_writer(log_dir) if log_dir is not None else None
     try:
         for epoch in range(1, epochs + 1):
             bar = _progress_bar(epoch, epochs, steps, names) if progress else None
-            logs, steps_run = _run_epoch(train, train_data, steps, entries, epoch=epoch, history=history, bar=bar)
+            logs, steps_run = _run_epoch(train, train_data, steps, entries, name="dataset", epoch=epoch,
+                                         history=history, bar=bar,
+                                         cause=lambda loss: _training_cause(loss, model, optimizer))
             if validation_data is not None:
                 val_logs, _ = _run_epoch(evaluate, validation_data, validation_steps, entries, epoch=epoch,
-                                         history=history)
+                                         name="validation_data", cause=lambda loss: "val_loss", history=history)
                 logs.update({f"val_{name}": value for name, value in val_logs.items()})
             for name, value in logs.items():
                 history.setdefault(name, []).append(value)
@@ -665,6 +867,17 @@ def fit(
         if writer is not None:
             writer.close()
     return history
+
+
+def _training_cause(loss: float, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> str:
+    """Why a training step was bad (read from the device once, after it was)."""
+    if not math.isfinite(loss):
+        return "loss"
+    if not all(np.isfinite(keras.ops.convert_to_numpy(v)).all() for v in model.trainable_variables):
+        return "weights"
+    if not math.isfinite(_learning_rate(optimizer)):
+        return "learning_rate"
+    return "gradients"
 
 
 def _length(dataset: tf.data.Dataset) -> int | None:

@@ -181,13 +181,14 @@ PAIRS = r"^{}: expected a tf.data.Dataset of \(inputs, targets\) pairs"
         ({"dataset": "triples"}, ValueError, r"^dataset: expected .* pairs, got elements \(.*map it to pairs first"),
         ({"dataset": "infinite"}, ValueError, r"^dataset: expected a finite dataset \(an epoch is one pass"),
         ({"validation_data": "unpaired"}, ValueError, r"^validation_data: expected a tf.data.Dataset of \(inputs"),
-        ({"epochs": 0}, ValueError, r"^epochs: expected an int >= 1, got int 0"),
-        ({"epochs": 2.0}, TypeError, r"^epochs: expected an int >= 1, got float 2.0"),
-        ({"clip_norm": 0.0}, ValueError, r"^clip_norm: expected a finite number > 0, got float 0.0"),
-        ({"clip_norm": -1}, ValueError, r"^clip_norm: expected a finite number > 0, got int -1"),
+        ({"epochs": 0}, ValueError, r"^epochs: expected an int >= 1 and <= 1000000, got int 0"),
+        ({"epochs": 2.0}, TypeError, r"^epochs: expected an int >= 1 and <= 1000000, got float 2.0"),
+        ({"epochs": 10**12}, ValueError, r"^epochs: expected an int >= 1 and <= 1000000, got int 1000000000000"),
+        ({"clip_norm": 0.0}, ValueError, r"^clip_norm: expected a finite number > 0 and <= 3.40282e\+38, got float 0.0"),
+        ({"clip_norm": -1}, ValueError, r"^clip_norm: expected a finite number > 0 and <= 3.40282e\+38, got int -1"),
         ({"optimizer": "sgd"}, TypeError, r"^optimizer: expected a keras.optimizers.Optimizer, got str"),
         ({"loss": 3}, TypeError, r"^loss: expected a callable"),
-        ({"metrics": ["accuracy"]}, TypeError, r"^metrics: expected keras.metrics.Metric instances, got str"),
+        ({"metrics": ["accuracy"]}, TypeError, r"^metrics\[0\]: expected a keras.metrics.Metric, got str"),
         ({"progress": 1}, TypeError, r"^progress: expected a bool, got int 1"),
         ({"strategy": "mirrored"}, TypeError, r"^strategy: expected a tf.distribute.Strategy or None"),
     ],
@@ -505,3 +506,152 @@ def test_mirrored_strategy_replicas_agree_and_match_one_device():
     assert lines[2] == ("loss: expected per-example losses (shape (batch,)) or a keras.losses.Loss under a strategy "
                         "with 2 replicas, got a scalar from 'mean_loss'")
     assert lines[3].startswith("strategy: expected the model and optimizer to be created under strategy.scope()")
+
+
+# ---------------------------------------------------------------- issue 16: bad input, silent results
+
+
+def two_weight_model():
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+
+
+def regression_data(n=8, batch=4, targets=None):
+    x = np.random.default_rng(0).normal(size=(n, 2)).astype("float32")
+    y = np.ones((n, 1), "float32") if targets is None else np.asarray(targets, "float32").reshape(n, 1)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+
+
+def fit_regression(model, data, **kwargs):
+    kwargs = {"optimizer": keras.optimizers.SGD(0.1), "loss": keras.losses.MeanSquaredError(),
+              "progress": False} | kwargs
+    return fit(model, data, **kwargs)
+
+
+@pytest.mark.parametrize("argument", ["dataset", "validation_data"])
+@pytest.mark.parametrize("length", ["known", "unknown"])
+def test_an_empty_dataset_is_refused_not_reported_as_loss_zero(argument, length):
+    empty = regression_data().take(0) if length == "known" else regression_data().filter(lambda x, y: False)
+    data = {"dataset": regression_data(), "validation_data": None} | {argument: empty}
+    with pytest.raises(ValueError, match=rf"^{argument}: expected at least one (batch|example per epoch), got "):
+        fit_regression(two_weight_model(), data["dataset"], validation_data=data["validation_data"])
+
+
+def test_nan_in_the_validation_data_stops_naming_it_not_a_silent_nan_val_loss():
+    targets = np.ones(8)
+    targets[5] = np.nan  # in the second validation batch of 4
+    model, reference = two_weight_model(), two_weight_model()
+    with pytest.raises(NonFiniteError, match=r"^val_loss is nan on validation_data at epoch 1, validation step 2: "
+                                             r"check validation_data") as info:
+        fit_regression(model, regression_data(), validation_data=regression_data(targets=targets), epochs=2)
+    assert info.value.cause == "val_loss" and (info.value.epoch, info.value.step) == (1, 2)
+    assert isinstance(info.value, FloatingPointError) and info.value.history == {}
+    fit_regression(reference, regression_data())  # the message is true: the model keeps epoch 1's weights
+    assert max_difference(model, reference) == 0.0
+
+
+def test_a_nan_learning_rate_is_refused_up_front_and_never_reaches_the_weights():
+    with pytest.raises(ValueError, match=r"^optimizer: expected a finite learning rate, got SGD with learning_rate nan"):
+        make_train_step(two_weight_model(), optimizer=keras.optimizers.SGD(learning_rate=math.nan),
+                        loss=keras.losses.MeanSquaredError())
+    with pytest.raises(ValueError, match=r"^optimizer: expected a finite learning rate"):
+        fit_regression(two_weight_model(), regression_data(), optimizer=keras.optimizers.SGD(learning_rate=math.inf))
+
+    # A rate that turns NaN later (set on the variable after the step was made): the step skips the update.
+    model, optimizer = two_weight_model(), keras.optimizers.SGD(0.1)
+    step = make_train_step(model, optimizer=optimizer, loss=keras.losses.MeanSquaredError())
+    before = model.get_weights()
+    optimizer.learning_rate.assign(math.nan)
+    out = step(next(iter(regression_data())))
+    assert not bool(out["applied"]) and bool(out["weights_finite"]) and math.isfinite(float(out["loss"]))
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+class NanAfterFirstStep(keras.optimizers.schedules.LearningRateSchedule):
+    """0.1 for the first step, then NaN: a broken schedule."""
+
+    def __call__(self, step):
+        return tf.where(step >= 1, tf.constant(math.nan), tf.constant(0.1))
+
+
+def test_a_schedule_turning_nan_stops_fit_before_the_update_with_a_true_message():
+    model, optimizer = two_weight_model(), keras.optimizers.SGD(NanAfterFirstStep())
+    with pytest.raises(NonFiniteError, match=r"^the learning rate is not finite \(loss [0-9.]+\) at epoch 1, step 2: "
+                                             r"training stopped before applying") as info:
+        fit_regression(model, regression_data(), optimizer=optimizer)
+    assert info.value.cause == "learning_rate" and int(optimizer.iterations) == 1
+    reference = two_weight_model()
+    fit_regression(reference, regression_data().take(1))  # the one good step, with the same rate
+    assert max_difference(model, reference) == 0.0
+
+
+def test_an_update_that_makes_the_weights_nan_is_noticed_and_fit_says_so():
+    # SGD's momentum check lets NaN through (NaN < 0 is False): the first update turns every weight NaN.
+    model = two_weight_model()
+    step = make_train_step(model, optimizer=keras.optimizers.SGD(0.1, momentum=math.nan),
+                           loss=keras.losses.MeanSquaredError())
+    out = step(next(iter(regression_data())))
+    assert bool(out["applied"]) and not bool(out["weights_finite"]) and math.isfinite(float(out["loss"]))
+
+    model = two_weight_model()
+    with pytest.raises(NonFiniteError, match=r"^weights are not finite after the update \(loss [0-9.]+\) at epoch 1, "
+                                             r"step 1: .*the model holds those non-finite weights") as info:
+        fit_regression(model, regression_data(), optimizer=keras.optimizers.SGD(0.1, momentum=math.nan), epochs=2)
+    assert info.value.cause == "weights"
+    assert not all(np.isfinite(w).all() for w in model.get_weights())  # what the message says
+
+
+@pytest.mark.parametrize("clip_norm", [1e300, 1e39, 1e-300, math.inf])
+def test_a_clip_norm_float32_cannot_hold_is_refused(clip_norm):
+    with pytest.raises(ValueError, match=r"^clip_norm: expected a finite number (> 0|>= 1.17549e-38)"
+                                         r".* and <= 3.40282e\+38"):
+        fit_regression(two_weight_model(), regression_data(), clip_norm=clip_norm)
+    with pytest.raises(ValueError, match=r"^clip_norm: expected"):
+        make_train_step(two_weight_model(), optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.MeanSquaredError(),
+                        clip_norm=clip_norm)
+
+
+def test_the_largest_clip_norm_leaves_the_gradients_as_they_are(mixed_float16):
+    # Under loss scaling the limit used to be multiplied by the scale (2**15): 3e38 became inf, every
+    # gradient NaN, and the loss-scale optimizer skipped every step. Kernel 1, input 0.5: 1 -> 0.95.
+    model = one_weight_model()
+    fit(model, constant_data(0.5, steps=1), optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+        loss=keras.losses.MeanSquaredError(), clip_norm=3e38, progress=False)
+    assert float(model.layers[0].kernel.numpy()[0, 0]) == pytest.approx(0.95, abs=1e-7)
+
+
+def test_a_clip_norm_above_the_gradient_norm_changes_nothing_even_near_the_float32_limit():
+    # tf.clip_by_global_norm(g, 3e38) multiplies by 3e38 * (1 / 3e38), and float32 flushes that tiny
+    # reciprocal to 0: the gradients used to be zeroed and the weights never moved.
+    clipped, unclipped = two_weight_model(), two_weight_model()
+    assert fit_regression(clipped, regression_data(), clip_norm=3e38) == fit_regression(unclipped, regression_data())
+    assert max_difference(clipped, unclipped) == 0.0 and max_difference(clipped, two_weight_model()) > 0.01
+
+
+def test_an_empty_log_dir_or_a_file_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"^log_dir: expected a non-empty path \(str or os.PathLike\), got str ''"):
+        fit_regression(two_weight_model(), regression_data(), log_dir="")
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ValueError, match=r"^log_dir: expected a folder for TensorBoard's files, got PosixPath"):
+        fit_regression(two_weight_model(), regression_data(), log_dir=tmp_path / "a_file")
+
+
+@pytest.mark.parametrize("how", ["model.trainable", "every layer"])
+def test_a_fully_frozen_model_is_refused_before_training(how):
+    model = small_model()
+    for layer in [model] if how == "model.trainable" else model.layers:
+        layer.trainable = False
+    frozen = r"^model: expected trainable variables, got none in Functional .*\(is every layer frozen\?\)"
+    with pytest.raises(ValueError, match=frozen):
+        fit(model, shapes_dataset(8), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), progress=False)
+    with pytest.raises(ValueError, match=frozen):
+        make_train_step(model, optimizer=keras.optimizers.SGD(0.1), loss=crossentropy())
+
+
+def test_metrics_whose_names_clash_or_whose_keys_are_not_outputs_are_refused():
+    mae = keras.metrics.MeanAbsoluteError
+    for metrics, match in [([mae(name="m"), keras.metrics.MeanSquaredError(name="m")], r"clash on 'm'"),
+                           ([mae(name="loss")], r"clash on 'loss'"),
+                           ({"nope": mae()}, r"^metrics: expected keys of the model's outputs \(none: a single tensor\)")]:
+        with pytest.raises(ValueError, match=match):
+            fit_regression(two_weight_model(), regression_data(), metrics=metrics)
