@@ -164,6 +164,7 @@ class Case:
 
 
 CLEAN, OTHER_ARGUMENT, FOREIGN_ERROR, ACCEPTED = "clean", "names another argument", "other error", "accepted"
+TIMED_OUT = "timed out"  # only with report()'s time limit: a huge value accepted and still running
 _PROJECT_FORM = re.compile(r"^([\w.\[\]'\"-]+): expected .+, got ", re.S)
 
 
@@ -172,6 +173,8 @@ def outcome(case: Case, argument: str, value: Any) -> tuple[str, str]:
     arguments = {**case.arguments(), argument: value}
     try:
         case.call(**arguments)
+    except _TimeLimit:
+        return TIMED_OUT, "still running"
     except (TypeError, ValueError) as error:
         message = str(error)
         match = _PROJECT_FORM.match(message)
@@ -185,6 +188,14 @@ def outcome(case: Case, argument: str, value: Any) -> tuple[str, str]:
     except Exception as error:  # noqa: BLE001 - every other error is what the fuzzer reports
         return FOREIGN_ERROR, f"{type(error).__name__}: {str(error)[:200]}"
     return ACCEPTED, "no error"
+
+
+class _TimeLimit(BaseException):
+    """Raised by report()'s alarm in a call that runs too long (BaseException: no except catches it)."""
+
+
+def _time_limit(signum: int, frame: Any) -> None:
+    raise _TimeLimit
 
 
 def load_tables() -> dict[str, list[Case]]:
@@ -207,23 +218,28 @@ def exemptions() -> dict[str, dict[str, str]]:
     }
 
 
-def report() -> None:
-    """Print the share of each outcome per module (no asserts)."""
+def report(seconds: int = 10) -> None:
+    """Print the share of each outcome per module (no asserts); a call gets ``seconds`` to finish."""
+    import signal
+
+    signal.signal(signal.SIGALRM, _time_limit)
+    kinds = (CLEAN, OTHER_ARGUMENT, FOREIGN_ERROR, ACCEPTED, TIMED_OUT)
     totals: Counter = Counter()
     for module, cases in sorted(load_tables().items()):
         counts: Counter = Counter()
         for case in cases:
             for argument, kind in case.kinds.items():
                 for value in kind.bad_values():
+                    signal.alarm(seconds)
                     result, detail = outcome(case, argument, value)
+                    signal.alarm(0)
                     counts[result] += 1
                     if result != CLEAN and "-v" in sys.argv:
                         print(f"  {module}.{case.name}({argument}={value!r:.40}): {result}: {detail[:120]}")
         totals.update(counts)
         print(f"{module:14} {sum(counts.values()):5} calls, {counts[CLEAN] / max(1, sum(counts.values())):6.1%} clean")
     total = sum(totals.values())
-    print(f"{'all':14} {total:5} calls: " + ", ".join(f"{totals[k] / total:.1%} {k}" for k in
-                                                       (CLEAN, OTHER_ARGUMENT, FOREIGN_ERROR, ACCEPTED)))
+    print(f"{'all':14} {total:5} calls: " + ", ".join(f"{totals[k] / total:.1%} {k}" for k in kinds))
 
 
 if __name__ == "__main__":
