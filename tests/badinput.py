@@ -185,7 +185,7 @@ def outcome(case: Case, argument: str, value: Any) -> tuple[str, str]:
         if named in allowed:
             return CLEAN, message
         return OTHER_ARGUMENT, f"{type(error).__name__}: {message[:200]}"
-    except Exception as error:  # noqa: BLE001 - every other error is what the fuzzer reports
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - every other error is what the fuzzer reports
         return FOREIGN_ERROR, f"{type(error).__name__}: {str(error)[:200]}"
     return ACCEPTED, "no error"
 
