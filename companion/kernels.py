@@ -534,7 +534,7 @@ def main() -> int:
     """``python -m companion.kernels``: build the library now (``make`` runs it), say where it is.
 
     Returns:
-        The exit status: 0, or 1 after printing why the build failed (no traceback).
+        The exit status, 0, or 1 after printing why the build failed (no traceback).
     """
     started, start = time.time(), time.perf_counter()
     try:

@@ -33,7 +33,7 @@ SMALL_KERNELS = {
 }
 #: Image dtypes ``cv2_blur`` and ``py_function_blur`` accept (what OpenCV blurs).
 OPENCV_DTYPES = (np.uint8, np.float32, np.float64)
-#: The longest kernel: OpenCV's time grows with ksize squared on small images (0.2 s at this size).
+#: The longest kernel (OpenCV's time grows with ksize squared on small images; 0.2 s at this size).
 MAX_KSIZE = 2**15 - 1
 
 
