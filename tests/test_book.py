@@ -48,6 +48,8 @@ def test_notebook_committed_executed_in_order_without_errors(path):
     assert None not in counts, "run `make execute NB=...` and commit the outputs"
     assert counts == list(range(1, len(cells) + 1)), "cells were not run top to bottom in one kernel"
     assert not [o for c in cells for o in c.outputs if o.output_type == "error"]
+    stamped = sum("execution" in c.metadata for c in notebook.cells)
+    assert not stamped, f"{stamped} cells keep execution timestamps: `make execute` strips them"
     assert any("nbval-check-output" in c.metadata.get("tags", []) for c in cells), "no checked result"
     assert notebook.cells[-1].cell_type != "code" or "hide" in str(notebook.cells[-1].metadata)
     headings = [c.source for c in notebook.cells if c.cell_type == "markdown"]
