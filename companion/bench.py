@@ -1,11 +1,6 @@
-"""Timing harness for the book's measurements: warm-up, repeats, median and spread.
+"""Chapter 10's experiments and ``python -m companion.bench`` (``make bench``).
 
-Chapters time things side by side in one run and report ratios, because absolute times on
-a shared machine vary: ``time_call`` times one function, ``compare`` several in turns. The result of every timed
-call is fetched to the host (``.numpy()``), so asynchronous GPU work is counted, and the
-device is an argument: the GPU path is the CPU path with another device string.
-
-Chapter 10's experiments build on ``compare`` (several calls timed side by side, alternating)
+The experiments time calls side by side with the harness of ``companion.timing`` (``compare``)
 and return rows (name, device, sizes, medians, spreads, reference, ratio): the blur through
 ``py_function`` against ``native_blur`` as an op, inside a model and in a ``tf.data`` pipeline
 (``blur_op``, ``blur_in_model``, ``blur_pipeline``, each taking a mapping of blur methods);
@@ -13,22 +8,38 @@ eager vs ``tf.function`` vs XLA training steps (``training_step_modes``); a per-
 ``tf.vectorized_map`` vs batched ops (``per_example_vs_batched``). Sizes scale with the device
 (``default_sizes``). ``python -m companion.bench`` (``make bench``) runs the headline ones with
 chapters 7 and 8's measures, prints a table and writes ``_build/bench.json``.
+
+The harness's names (``time_call``, ``compare``, ``Timing``, ``fetch``, ``default_device``)
+are importable from here too, as the chapters import them.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import json
 import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import keras
 import numpy as np
+import tensorflow as tf
 
-from companion._checks import (check_bool, check_callable, check_choice, check_instance, check_int, check_path,
-                               check_real, check_seed, check_sequence, check_str, describe)
+from companion._checks import (check_bool, check_choice, check_instance, check_int, check_path,
+                               check_seed, check_sequence, describe)
+from companion.data import make_shapes
+from companion.kernels import cpp_blur
+from companion.models import functional_multimodal
+from companion.notebook import format_table
+from companion.optimizers import DEFAULT_EXCLUDE, AdamW
+from companion.pyfunc import cv2_blur, native_blur, py_function_blur
+from companion.timing import (MAX_REPEATS, Timing, check_calls, check_repeats, compare,
+                              default_device, resolve_device, time_call)
+from companion.timing import fetch as fetch  # re-exported: the chapters import it from here
+from companion.training import fit
 
 #: Problem sizes per device type (``default_sizes``): modest on a CPU, so that the book's cells
 #: and ``make bench`` stay quick on 2 cores; larger on a GPU, where small problems measure
@@ -39,10 +50,8 @@ SIZES = {
     "GPU": {"image_sizes": (64, 128, 256, 512), "batch_size": 64, "image_size": 128, "examples": 2048,
             "batch_sizes": (32, 128, 512), "per_image_size": 32},
 }
-#: Limits that refuse a count or size that would run for days or exhaust memory, before any work.
-MAX_REPEATS = 1000  # timed repeats, rounds and warm-up calls
-MAX_CALLS = 10**6  # calls per repeat (``time_call``'s ``number``), for calls of a microsecond
-MAX_TARGET = 60.0  # seconds one round of a call may last (``compare``)
+#: Limits that refuse a size that would run for days or exhaust memory, before any work (counts:
+#: ``companion.timing.MAX_REPEATS``).
 MAX_IMAGE_SIZE = 4096  # image height = width
 MAX_BATCH_BYTES = 2**30  # float32 RGB images of one batch (or one pipeline's epoch): 1 GiB
 MAX_EPOCHS = 100  # epochs per timed call of ``training_loop_vs_fit``
@@ -51,129 +60,6 @@ MAX_STEPS = 10_000  # steps per timed repeat of ``adamw_step_time``
 #: ``python -m companion.bench --quick``: tiny sizes that check the whole run in seconds.
 QUICK_SIZES = {"image_sizes": (16, 32), "batch_size": 2, "image_size": 16, "examples": 8, "batch_sizes": (4,),
                "per_image_size": 8}
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Seconds per call of one timed function (each repeat runs it ``number`` times).
-
-    Attributes:
-        median: Median over the repeats, the figure to compare.
-        best: Fastest repeat (the least disturbed by other work on the machine).
-        spread: Interquartile range of the repeats divided by the median (0.1 = 10 %).
-        repeats: How many repeats were measured.
-        number: Calls per repeat.
-        device: The device string the calls ran under (``None``: TensorFlow's choice).
-    """
-
-    median: float
-    best: float
-    spread: float
-    repeats: int
-    number: int
-    device: str | None
-
-    @property
-    def median_ms(self) -> float:
-        """The median in milliseconds."""
-        return self.median * 1e3
-
-
-def fetch(result: Any) -> Any:
-    """Copy every tensor in ``result`` (nested lists, tuples, dicts) to the host as NumPy.
-
-    Waiting for the values is what makes a timing include the device's work.
-    """
-    import tensorflow as tf
-
-    return tf.nest.map_structure(lambda value: value.numpy() if hasattr(value, "numpy") else value, result)
-
-
-def time_call(
-    fn: Callable[..., Any],
-    *args: Any,
-    repeats: int = 5,
-    number: int = 1,
-    warmup: int = 1,
-    device: str | None = None,
-) -> Timing:
-    """Time ``fn(*args)``: ``warmup`` untimed calls, then ``repeats`` timed batches of ``number`` calls.
-
-    The warm-up calls absorb one-off costs (tracing a ``tf.function``, XLA compilation,
-    the first memory allocation), which are not what a per-call time should show.
-
-    Args:
-        fn: The function to time.
-        *args: Its arguments (the same for every call).
-        repeats: Timed repeats (1 to ``MAX_REPEATS``); the median over them is the result.
-        number: Calls per repeat (1 to ``MAX_CALLS``); raise it for calls far below a millisecond.
-        warmup: Untimed calls first (0 to ``MAX_REPEATS``).
-        device: A TensorFlow device string such as ``"/CPU:0"`` or ``"/GPU:0"`` to run under
-            (``tf.device``); ``None`` leaves placement to TensorFlow.
-
-    Returns:
-        A ``Timing`` with seconds per call.
-
-    Raises:
-        TypeError: If ``fn`` is not callable or a count is not an int.
-        ValueError: If a count is out of range, or ``device`` names no device TensorFlow has.
-
-    Example:
-        >>> import time
-        >>> timing = time_call(time.sleep, 0.001, repeats=3)
-        >>> timing.median >= 0.001, timing.repeats
-        (True, 3)
-    """
-    check_callable(fn, "fn")
-    repeats = _check_repeats(repeats)
-    number = check_int(number, "number", minimum=1, maximum=MAX_CALLS)
-    warmup = check_int(warmup, "warmup", minimum=0, maximum=MAX_REPEATS)
-    with _device_scope(device):
-        for _ in range(warmup):
-            fetch(fn(*args))
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(number):
-                fetch(fn(*args))
-            times.append((time.perf_counter() - start) / number)
-    return _timing(times, number, device)
-
-
-def _timing(times: list[float], number: int, device: str | None) -> Timing:
-    """The ``Timing`` of repeats that took ``times`` seconds per call each."""
-    median = statistics.median(times)
-    quartiles = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [median] * 3
-    spread = (quartiles[2] - quartiles[0]) / median if median > 0 else 0.0
-    return Timing(median, min(times), spread, len(times), number, device)
-
-
-def _check_repeats(repeats: Any) -> int:
-    return check_int(repeats, "repeats", minimum=1, maximum=MAX_REPEATS)
-
-
-def _device_scope(device: str | None) -> Any:
-    """``tf.device(device)`` after checking that TensorFlow has that device; a no-op for None."""
-    import contextlib
-
-    if device is None:
-        return contextlib.nullcontext()
-    check_str(device, "device", "a device string such as '/CPU:0'")
-    import tensorflow as tf
-
-    known = [tf.DeviceSpec.from_string(d.name) for d in tf.config.list_logical_devices()]
-    try:
-        wanted = tf.DeviceSpec.from_string(device if device.startswith("/") else "/" + device)
-    except ValueError as error:
-        raise ValueError(f"device: expected a device string such as '/GPU:0', got {describe(device)}") from error
-    if not any(
-        (k.device_type or "").upper() == (wanted.device_type or "").upper()
-        and wanted.device_index in (None, k.device_index)
-        for k in known
-    ):
-        names = [k.to_string() for k in known]
-        raise ValueError(f"device: expected one of the devices TensorFlow has, {names}, got {describe(device)}")
-    return tf.device(device)
 
 
 #: The models ``training_loop_vs_fit`` trains: ``(examples, batch size)`` by default for each.
@@ -188,12 +74,6 @@ def _loop_problem(model: str, examples: int, seed: int) -> tuple[Any, Any, Any]:
     inputs labelled by the sign of their first feature: steps of about a millisecond on a CPU,
     where the loop around the step is a large part of the time.
     """
-    import keras
-    import tensorflow as tf
-
-    from companion.data import make_shapes
-    from companion.models import functional_multimodal
-
     if model == "chapter 7":
         (images, meta), labels = make_shapes(examples, image_size=32, meta_dim=10, seed=seed)
         return (tf.data.Dataset.from_tensor_slices(((images, meta), labels)), functional_multimodal,
@@ -244,15 +124,11 @@ def training_loop_vs_fit(
         TypeError: If an argument has the wrong type.
         ValueError: If ``model`` is not one of ``LOOP_MODELS`` or a number is out of range.
     """
-    import keras
-
-    from companion.training import fit
-
     default_examples, default_batch = LOOP_MODELS[check_choice(model, "model", tuple(LOOP_MODELS))]
     batch_size = check_int(_setting(batch_size, default_batch), "batch_size", minimum=1, maximum=MAX_EXAMPLES)
     examples = check_int(_setting(examples, default_examples), "examples", minimum=batch_size, maximum=MAX_EXAMPLES)
     epochs = check_int(epochs, "epochs", minimum=1, maximum=MAX_EPOCHS)
-    repeats = _check_repeats(repeats)
+    repeats = check_repeats(repeats)
     seed = check_seed(seed)
 
     data, make_model, loss = _loop_problem(model, examples, seed)
@@ -309,16 +185,9 @@ def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, 
         TypeError: If an argument is not an int.
         ValueError: If it is out of range.
     """
-    import keras
-    import tensorflow as tf
-
-    from companion.data import make_shapes
-    from companion.models import functional_multimodal
-    from companion.optimizers import DEFAULT_EXCLUDE, AdamW
-
     batch_size = _check_batch(batch_size, "batch_size", 32)
     steps = check_int(steps, "steps", minimum=1, maximum=MAX_STEPS)
-    repeats = _check_repeats(repeats)
+    repeats = check_repeats(repeats)
     seed = check_seed(seed)
 
     (images, meta), labels = make_shapes(batch_size, image_size=32, meta_dim=10, seed=seed)
@@ -358,23 +227,9 @@ def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, 
 
 
 # ---------------------------------------------------------------------------------------------
-# Side-by-side measurements and the experiments of chapter 10. Each experiment returns rows:
+# The experiments of chapter 10. Each experiment returns rows:
 # dicts with ``name``, ``device``, ``sizes``, ``medians`` and ``spreads`` (seconds and relative
 # spread per method), ``reference`` (the method the others are divided by) and ``ratio``.
-
-
-def default_device() -> str:
-    """``"/GPU:0"`` when TensorFlow sees a GPU, else ``"/CPU:0"``."""
-    from companion.notebook import gpu_available
-
-    return "/GPU:0" if gpu_available() else "/CPU:0"
-
-
-def _resolve(device: str | None) -> str:
-    """``device``, checked against the devices TensorFlow has (``None``: ``default_device()``)."""
-    device = default_device() if device is None else device
-    _device_scope(device)  # raises TypeError / ValueError for a bad or unknown device
-    return device
 
 
 def default_sizes(device: str | None = None) -> dict[str, Any]:
@@ -394,75 +249,8 @@ def default_sizes(device: str | None = None) -> dict[str, Any]:
         >>> default_sizes("/CPU:0")["image_sizes"]
         (32, 64, 128, 256)
     """
-    import tensorflow as tf
-
-    kind = (tf.DeviceSpec.from_string(_resolve(device)).device_type or "CPU").upper()
+    kind = (tf.DeviceSpec.from_string(resolve_device(device)).device_type or "CPU").upper()
     return dict(SIZES["GPU" if kind == "GPU" else "CPU"])
-
-
-def compare(
-    calls: Mapping[str, Callable[[], Any]], *, repeats: int = 5, device: str | None = None, target: float = 0.02
-) -> dict[str, Timing]:
-    """Time several calls side by side, alternating: each round runs every call once in turn.
-
-    On a shared machine the load changes from second to second; alternating spreads it over
-    all the calls alike, so their ratios are steadier than their times. Each call gets one
-    untimed warm-up (tracing, compilation), then one timed call that sets how many calls make
-    one round of it (about ``target`` seconds, between 1 and 1000), then ``repeats`` rounds.
-    Results are fetched to the host (``fetch``).
-
-    Args:
-        calls: Method name -> function of no arguments (close over the inputs).
-        repeats: Rounds (1 to ``MAX_REPEATS``); each call's median is over them.
-        device: Device string to run under (as ``time_call``); ``None`` leaves placement to TensorFlow.
-        target: Seconds one round of a call should last (> 0, at most ``MAX_TARGET``).
-
-    Returns:
-        Method name -> ``Timing`` (seconds per call), in the order of ``calls``.
-
-    Raises:
-        TypeError: If ``calls`` is not a mapping of callables or a setting has the wrong type.
-        ValueError: If ``calls`` is empty, a setting is out of range or the device is unknown.
-
-    Example:
-        >>> timings = compare({"short": lambda: time.sleep(0.001), "long": lambda: time.sleep(0.003)}, repeats=3)
-        >>> timings["long"].median > timings["short"].median
-        True
-    """
-    calls = _check_calls(calls, "calls")
-    repeats = _check_repeats(repeats)
-    target = check_real(target, "target", above=0, maximum=MAX_TARGET)
-    with _device_scope(device):
-        for call in calls.values():
-            fetch(call())
-        numbers = {name: _calls_per_round(call, target) for name, call in calls.items()}
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(repeats):
-            for name, call in calls.items():
-                start = time.perf_counter()
-                for _ in range(numbers[name]):
-                    fetch(call())
-                times[name].append((time.perf_counter() - start) / numbers[name])
-    return {name: _timing(times[name], numbers[name], device) for name in calls}
-
-
-def _check_calls(calls: Any, name: str) -> dict[str, Callable[..., Any]]:
-    """``calls`` as a dict if it is a non-empty mapping of str names to callables."""
-    what = "a non-empty mapping of names to callables"
-    check_instance(calls, name, Mapping, what)
-    if not calls:
-        raise ValueError(f"{name}: expected {what}, got {describe(calls)}")
-    for key, call in calls.items():
-        check_instance(key, f"{name}[{key!r}]", str, "a str name")
-        check_callable(call, f"{name}[{key!r}]")
-    return dict(calls)
-
-
-def _calls_per_round(call: Callable[[], Any], target: float) -> int:
-    """How many calls of ``call`` last about ``target`` seconds (one timed call decides)."""
-    start = time.perf_counter()
-    fetch(call())
-    return max(1, min(1000, round(target / max(time.perf_counter() - start, 1e-9))))
 
 
 def _row(name: str, device: str, sizes: dict[str, Any], timings: Mapping[str, Timing], reference: str) -> dict[str, Any]:
@@ -503,23 +291,21 @@ def default_blur_methods() -> dict[str, Callable[..., Any]]:
     Both take ``(images, ksize=5, sigma=0.0)`` with NHWC or HWC float images; add another blur
     with the same signature to the returned dict to compare it too.
     """
-    from companion.pyfunc import native_blur, py_function_blur
-
     return {"py_function": py_function_blur, "native": native_blur}
 
 
 def _check_methods(methods: Mapping[str, Callable[..., Any]] | None, reference: str) -> dict[str, Callable[..., Any]]:
-    methods = default_blur_methods() if methods is None else _check_calls(methods, "methods")
+    methods = default_blur_methods() if methods is None else check_calls(methods, "methods")
     check_choice(reference, "reference", tuple(methods))
     return methods
 
 
 def _check_run(device: str | None, repeats: int, seed: int, progress: bool) -> str:
     """Check the arguments every experiment shares; return the device (``None``: ``default_device()``)."""
-    _check_repeats(repeats)
+    check_repeats(repeats)
     check_seed(seed)
     check_bool(progress, "progress")
-    return _resolve(device)
+    return resolve_device(device)
 
 
 def _blur_settings(
@@ -558,8 +344,6 @@ def _random_images(count: int, size: int, seed: int) -> np.ndarray:
 
 def _on(device: str, array: np.ndarray) -> Any:
     """``array`` as a tensor in ``device``'s memory."""
-    import tensorflow as tf
-
     with tf.device(device):
         return tf.identity(array)
 
@@ -604,8 +388,6 @@ def blur_op(
         >>> rows[0]["ratio"]["native"], sorted(rows[0]["medians"])
         (1.0, ['native', 'py_function'])
     """
-    import tensorflow as tf
-
     device = _check_run(device, repeats, seed, progress)
     methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
     graphs = {name: tf.function(method) for name, method in methods.items()}
@@ -620,8 +402,6 @@ def blur_op(
 
 def _small_model(kind: str, image_size: int, seed: int) -> Any:
     """A small Keras classifier of ``image_size`` RGB images into 10 classes: ``"mlp"`` or ``"cnn"``."""
-    import keras
-
     keras.utils.set_random_seed(seed)
     layers = keras.layers
     body = ([layers.Flatten(), layers.Dense(128, activation="relu"), layers.Dense(128, activation="relu")]
@@ -670,8 +450,6 @@ def blur_in_model(
         >>> rows[0]["name"], rows[0]["sizes"]
         ('blur in model', {'batch_size': 1, 'image_size': 8})
     """
-    import tensorflow as tf
-
     device = _check_run(device, repeats, seed, progress)
     methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
     rows = []
@@ -688,9 +466,6 @@ def blur_in_model(
 
 def _train_step(model: Any, mode: str) -> Callable[[Any, Any], Any]:
     """A training step of ``model`` (Adam, cross-entropy on logits): eager, ``tf.function`` or XLA."""
-    import keras
-    import tensorflow as tf
-
     optimizer = keras.optimizers.Adam(1e-3)
     optimizer.build(model.trainable_variables)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -747,8 +522,6 @@ def blur_pipeline(
         >>> [row["name"] for row in rows]
         ['tf.data pipeline', 'pipeline + training step']
     """
-    import tensorflow as tf
-
     device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
     methods = _check_methods(methods, reference)
@@ -824,8 +597,6 @@ def training_step_modes(
         >>> list(rows[0]["medians"]), rows[0]["reference"]
         (['eager', 'tf.function', 'XLA'], 'tf.function')
     """
-    import tensorflow as tf
-
     device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
     models = check_sequence(models, "models", "a non-empty list or tuple of 'mlp' and 'cnn'",
@@ -846,29 +617,21 @@ def training_step_modes(
 
 def _standardize_one(image: Any) -> Any:
     """One image minus its mean, divided by its standard deviation (the per-example function)."""
-    import tensorflow as tf
-
     return (image - tf.reduce_mean(image)) / (tf.math.reduce_std(image) + 1e-6)
 
 
 def _standardize_loop(images: Any) -> Any:
     """``_standardize_one`` on each image in a Python loop (unrolled: ops per image), stacked."""
-    import tensorflow as tf
-
     return tf.stack([_standardize_one(images[i]) for i in range(images.shape[0])])
 
 
 def _standardize_vectorized(images: Any) -> Any:
     """``_standardize_one`` vectorised over the batch by ``tf.vectorized_map``."""
-    import tensorflow as tf
-
     return tf.vectorized_map(_standardize_one, images)
 
 
 def _standardize_batched(images: Any) -> Any:
     """The same, written for the batch: reductions over each image's axes."""
-    import tensorflow as tf
-
     mean = tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
     return (images - mean) / (tf.math.reduce_std(images, axis=[1, 2, 3], keepdims=True) + 1e-6)
 
@@ -914,8 +677,6 @@ def per_example_vs_batched(
         >>> list(rows[0]["ratio"])
         ['Python loop', 'vectorized_map', 'batched op']
     """
-    import tensorflow as tf
-
     device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
     image_size = _check_image_size(_setting(image_size, sizes["per_image_size"]), "image_size")
@@ -964,9 +725,6 @@ def compiled_blur_vs_opencv(
         TypeError, ValueError: For a bad size or count.
         companion.kernels.BuildError: If the op cannot be built (no ``g++`` or headers).
     """
-    from companion.kernels import cpp_blur
-    from companion.pyfunc import cv2_blur
-
     sizes = default_sizes(_check_run("/CPU:0", repeats, seed, progress))
     image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
     batch_size = _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", max(image_sizes))
@@ -1002,8 +760,6 @@ def rows_table(rows: Sequence[Mapping[str, Any]]) -> str:
     Raises:
         TypeError, ValueError: If ``rows`` is not a list or tuple of experiment rows (none is fine).
     """
-    from companion.notebook import format_table
-
     rows = _check_rows(rows)
     lines = [(row["name"], _describe_sizes(row["sizes"]), method, f"{median * 1e3:.3g}",
               f"{row['spreads'][method]:.0%}", f"{row['ratio'][method]:.2f}")
@@ -1029,9 +785,6 @@ def _entry(
 
     ``device`` is the device string the measure ran on; ``None``: TensorFlow's default device.
     """
-    import keras
-    import tensorflow as tf
-
     kind = tf.DeviceSpec.from_string(device or default_device()).device_type or "CPU"
     return {
         "name": name,
@@ -1076,16 +829,11 @@ def main(
         SystemExit: For an unknown flag or a bad flag value (argparse's usage and message,
             exit status 2), before anything runs.
     """
-    import argparse
-    import json
-
-    from companion.notebook import format_table
-
     if argv is not None:
         argv = list(check_sequence(argv, "argv", "a list or tuple of str (command-line arguments) or None",
                                    min_length=0, item=lambda text, name: check_instance(text, name, str, "a str")))
     if blur_methods is not None:
-        blur_methods = _check_calls(blur_methods, "blur_methods")
+        blur_methods = check_calls(blur_methods, "blur_methods")
         if "native" not in blur_methods:
             raise ValueError(f"blur_methods: expected a mapping of names to blurs that includes 'native' (the "
                              f"reference), got {describe(blur_methods)}")
@@ -1100,12 +848,12 @@ def main(
                              "4096 for the MLP)")
     parser.add_argument("--epochs", type=_int_flag("--epochs", 1, MAX_EPOCHS), default=5,
                         help="epochs per timed fit call (default: %(default)s)")
-    parser.add_argument("--device", type=_flag(_resolve), default=None,
+    parser.add_argument("--device", type=_flag(resolve_device), default=None,
                         help="device string, e.g. /CPU:0 (default: GPU if any, else CPU)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the whole run")
     args = parser.parse_args(argv)
 
-    device = _resolve(args.device)
+    device = resolve_device(args.device)
     sizes = dict(QUICK_SIZES) if args.quick else default_sizes(device)
     common = {"device": device, "repeats": args.repeats, "progress": True}
     blurs = {"methods": blur_methods, "batch_size": sizes["batch_size"], **common}
@@ -1152,8 +900,6 @@ def _flag(check: Callable[[str], Any]) -> Callable[[str], Any]:
 
     The message loses its leading ``"<name>: "``: argparse says ``argument --flag:`` itself.
     """
-    import argparse
-
     def parse(text: str) -> Any:
         try:
             return check(text)

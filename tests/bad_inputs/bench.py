@@ -6,28 +6,18 @@ accepted would cost a fraction of a second, not a benchmark run.
 
 from collections.abc import Mapping
 
-from badinput import Anything, Bool, Callable_, Case, Int, Kind, Real, Seq, Str
+from bad_inputs.timing import DEVICE, REPEATS, calls_kind
+from badinput import Bool, Case, Int, Kind, Seq, Str
 
-from companion.bench import (adamw_step_time, blur_in_model, blur_op, blur_pipeline, compare,
-                             compiled_blur_vs_opencv, default_sizes, fetch, main, per_example_vs_batched,
-                             rows_table, rows_to_entries, time_call, training_loop_vs_fit, training_step_modes)
+from companion.bench import (adamw_step_time, blur_in_model, blur_op, blur_pipeline,
+                             compiled_blur_vs_opencv, default_sizes, main, per_example_vs_batched,
+                             rows_table, rows_to_entries, training_loop_vs_fit, training_step_modes)
 
 SEED = Int(0, 2**32 - 1)
-REPEATS = Int(1, 1000)
-DEVICE = Kind("None or a device string TensorFlow has", lambda v: v is None or v in ("/CPU:0", "CPU:0", "/cpu:0"),
-              extra_bad=("/TPU:7", "/CPU:99", "no such device"))
 SIZES = Seq(Int(8, 4096))
 BATCH = Int(1, 2**30 // (8 * 8 * 12))  # at most 1 GiB of float32 RGB images (here 8x8)
 
-
-def _calls(*required):
-    return Kind("a mapping of str to callables" + (f" with {required}" if required else ""),
-                lambda v: isinstance(v, Mapping) and len(v) > 0 and set(required) <= set(v)
-                and all(isinstance(k, str) and callable(f) for k, f in v.items()),
-                extra_bad=({"a": print, 2: print}, {"a": print, "b": "text"}))
-
-
-METHODS = _calls("native").or_none()
+METHODS = calls_kind("native").or_none()
 ROW = {"name": "x", "device": "/CPU:0", "sizes": {"batch_size": 1}, "medians": {"a": 1.0, "b": 2.0},
        "spreads": {"a": 0.0, "b": 0.0}, "reference": "a", "ratio": {"a": 1.0, "b": 2.0}}
 ROWS = Kind("a list or tuple of experiment rows",
@@ -43,10 +33,6 @@ BLUR_KINDS = {"methods": METHODS, "reference": Str("native", "py_function"), "ba
                **COMMON_KINDS}
 
 CASES = [
-    Case("fetch", fetch, {"result": [1.0]}, {"result": Anything()}),
-    Case("time_call", time_call, {"fn": abs, "repeats": 1, "number": 1, "warmup": 0, "device": None},
-         {"fn": Callable_(), "repeats": REPEATS, "number": Int(1, 10**6), "warmup": Int(0, 1000),
-          "device": DEVICE}),
     Case("training_loop_vs_fit", training_loop_vs_fit,
          {"model": "mlp", "examples": 128, "batch_size": 128, "epochs": 1, "repeats": 1, "seed": 0},
          {"model": Str("chapter 7", "mlp"), "examples": Int(128, 10**5).or_none(), "batch_size": Int(1, 128).or_none(),
@@ -54,8 +40,6 @@ CASES = [
     Case("adamw_step_time", adamw_step_time, {"batch_size": 2, "steps": 1, "repeats": 1, "seed": 0},
          {"batch_size": Int(1, 2**30 // (32 * 32 * 12)), "steps": Int(1, 10**5), "repeats": REPEATS, "seed": SEED}),
     Case("default_sizes", default_sizes, {"device": "/CPU:0"}, {"device": DEVICE}),
-    Case("compare", compare, {"calls": {"a": abs}, "repeats": 1, "device": None, "target": 1e-4},
-         {"calls": _calls(), "repeats": REPEATS, "device": DEVICE, "target": Real(above=0, maximum=60)}),
     Case("blur_op", blur_op, {**BLUR, "image_sizes": [8]}, {**BLUR_KINDS, "image_sizes": SIZES.or_none()}),
     Case("blur_in_model", blur_in_model, {**BLUR, "image_sizes": [8]},
          {**BLUR_KINDS, "image_sizes": SIZES.or_none()}),
@@ -76,5 +60,3 @@ CASES = [
                         "blur_methods": None},
          {"argv": ARGV, "blur_methods": METHODS}),
 ]
-
-EXEMPT = {"Timing": "a frozen result dataclass that time_call and compare build; users read it, not make it"}

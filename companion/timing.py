@@ -1,0 +1,250 @@
+"""Timing harness for the book's measurements: warm-up, repeats, median and spread.
+
+Chapters time things side by side in one run and report ratios, because absolute times on a
+shared machine vary: ``time_call`` times one function, ``compare`` several in turns. The result
+of every timed call is fetched to the host (``fetch``: ``.numpy()``), so asynchronous GPU work is
+counted, and the device is an argument: the GPU path is the CPU path with another device string
+(``default_device`` picks the GPU when there is one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+
+from companion._checks import (check_callable, check_instance, check_int, check_real, check_str,
+                               describe)
+from companion.notebook import gpu_available
+
+#: Limits that refuse a count that would run for days, before any work.
+MAX_REPEATS = 1000  # timed repeats, rounds and warm-up calls
+MAX_CALLS = 10**6  # calls per repeat (``time_call``'s ``number``), for calls of a microsecond
+MAX_TARGET = 60.0  # seconds one round of a call may last (``compare``)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call of one timed function (each repeat runs it ``number`` times).
+
+    Attributes:
+        median: Median over the repeats, the figure to compare.
+        best: Fastest repeat (the least disturbed by other work on the machine).
+        spread: Interquartile range of the repeats divided by the median (0.1 = 10 %).
+        repeats: How many repeats were measured.
+        number: Calls per repeat.
+        device: The device string the calls ran under (``None``: TensorFlow's choice).
+    """
+
+    median: float
+    best: float
+    spread: float
+    repeats: int
+    number: int
+    device: str | None
+
+    @property
+    def median_ms(self) -> float:
+        """The median in milliseconds."""
+        return self.median * 1e3
+
+
+def fetch(result: Any) -> Any:
+    """Copy every tensor in ``result`` (nested lists, tuples, dicts) to the host as NumPy.
+
+    Waiting for the values is what makes a timing include the device's work.
+    """
+    return tf.nest.map_structure(
+        lambda value: value.numpy() if hasattr(value, "numpy") else value, result
+    )
+
+
+def time_call(
+    fn: Callable[..., Any],
+    *args: Any,
+    repeats: int = 5,
+    number: int = 1,
+    warmup: int = 1,
+    device: str | None = None,
+) -> Timing:
+    """Time ``fn(*args)``: ``warmup`` untimed calls, then ``repeats`` timed batches of ``number``.
+
+    The warm-up calls absorb one-off costs (tracing a ``tf.function``, XLA compilation,
+    the first memory allocation), which are not what a per-call time should show.
+
+    Args:
+        fn: The function to time.
+        *args: Its arguments (the same for every call).
+        repeats: Timed repeats (1 to ``MAX_REPEATS``); the median over them is the result.
+        number: Calls per repeat (1 to ``MAX_CALLS``); raise it for calls far below a millisecond.
+        warmup: Untimed calls first (0 to ``MAX_REPEATS``).
+        device: A TensorFlow device string such as ``"/CPU:0"`` or ``"/GPU:0"`` to run under
+            (``tf.device``); ``None`` leaves placement to TensorFlow.
+
+    Returns:
+        A ``Timing`` with seconds per call.
+
+    Raises:
+        TypeError: If ``fn`` is not callable or a count is not an int.
+        ValueError: If a count is out of range, or ``device`` names no device TensorFlow has.
+
+    Example:
+        >>> timing = time_call(time.sleep, 0.001, repeats=3)
+        >>> timing.median >= 0.001, timing.repeats
+        (True, 3)
+    """
+    check_callable(fn, "fn")
+    repeats = check_repeats(repeats)
+    number = check_int(number, "number", minimum=1, maximum=MAX_CALLS)
+    warmup = check_int(warmup, "warmup", minimum=0, maximum=MAX_REPEATS)
+    with _device_scope(device):
+        for _ in range(warmup):
+            fetch(fn(*args))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(number):
+                fetch(fn(*args))
+            times.append((time.perf_counter() - start) / number)
+    return _timing(times, number, device)
+
+
+def compare(
+    calls: Mapping[str, Callable[[], Any]],
+    *,
+    repeats: int = 5,
+    device: str | None = None,
+    target: float = 0.02,
+) -> dict[str, Timing]:
+    """Time several calls side by side, alternating: each round runs every call once in turn.
+
+    On a shared machine the load changes from second to second; alternating spreads it over
+    all the calls alike, so their ratios are steadier than their times. Each call gets one
+    untimed warm-up (tracing, compilation), then one timed call that sets how many calls make
+    one round of it (about ``target`` seconds, between 1 and 1000), then ``repeats`` rounds.
+    Results are fetched to the host (``fetch``).
+
+    Args:
+        calls: Method name -> function of no arguments (close over the inputs).
+        repeats: Rounds (1 to ``MAX_REPEATS``); each call's median is over them.
+        device: Device string to run under (as ``time_call``); ``None``: TensorFlow's choice.
+        target: Seconds one round of a call should last (> 0, at most ``MAX_TARGET``).
+
+    Returns:
+        Method name -> ``Timing`` (seconds per call), in the order of ``calls``.
+
+    Raises:
+        TypeError: If ``calls`` is not a mapping of callables or a setting has the wrong type.
+        ValueError: If ``calls`` is empty, a setting is out of range or the device is unknown.
+
+    Example:
+        >>> timings = compare({"short": lambda: time.sleep(0.001),
+        ...                    "long": lambda: time.sleep(0.003)}, repeats=3)
+        >>> timings["long"].median > timings["short"].median
+        True
+    """
+    calls = check_calls(calls, "calls")
+    repeats = check_repeats(repeats)
+    target = check_real(target, "target", above=0, maximum=MAX_TARGET)
+    with _device_scope(device):
+        for call in calls.values():
+            fetch(call())
+        numbers = {name: _calls_per_round(call, target) for name, call in calls.items()}
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(repeats):
+            for name, call in calls.items():
+                start = time.perf_counter()
+                for _ in range(numbers[name]):
+                    fetch(call())
+                times[name].append((time.perf_counter() - start) / numbers[name])
+    return {name: _timing(times[name], numbers[name], device) for name in calls}
+
+
+def default_device() -> str:
+    """``"/GPU:0"`` when TensorFlow sees a GPU, else ``"/CPU:0"``."""
+    return "/GPU:0" if gpu_available() else "/CPU:0"
+
+
+def resolve_device(device: str | None) -> str:
+    """``device`` checked against the devices TensorFlow has; ``None``: ``default_device()``.
+
+    Raises:
+        TypeError: If ``device`` is neither None nor a str.
+        ValueError: If it is not a device string, or names a device TensorFlow does not have.
+
+    Example:
+        >>> resolve_device("cpu:0")
+        'cpu:0'
+    """
+    device = default_device() if device is None else device
+    _device_scope(device)
+    return device
+
+
+def check_calls(calls: Any, name: str) -> dict[str, Callable[..., Any]]:
+    """``calls`` as a dict, if it is a non-empty mapping of str names to callables.
+
+    Raises:
+        TypeError: If it is not a mapping, a key is not a str or a value not callable.
+        ValueError: If it is empty.
+    """
+    what = "a non-empty mapping of names to callables"
+    check_instance(calls, name, Mapping, what)
+    if not calls:
+        raise ValueError(f"{name}: expected {what}, got {describe(calls)}")
+    for key, call in calls.items():
+        check_instance(key, f"{name}[{key!r}]", str, "a str name")
+        check_callable(call, f"{name}[{key!r}]")
+    return dict(calls)
+
+
+def check_repeats(repeats: Any) -> int:
+    """``repeats`` if it is an int from 1 to ``MAX_REPEATS`` (TypeError, ValueError otherwise)."""
+    return check_int(repeats, "repeats", minimum=1, maximum=MAX_REPEATS)
+
+
+def _timing(times: list[float], number: int, device: str | None) -> Timing:
+    """The ``Timing`` of repeats that took ``times`` seconds per call each."""
+    median = statistics.median(times)
+    if len(times) > 1:
+        quartiles = statistics.quantiles(times, n=4, method="inclusive")
+    else:
+        quartiles = [median] * 3
+    spread = (quartiles[2] - quartiles[0]) / median if median > 0 else 0.0
+    return Timing(median, min(times), spread, len(times), number, device)
+
+
+def _calls_per_round(call: Callable[[], Any], target: float) -> int:
+    """How many calls of ``call`` last about ``target`` seconds (one timed call decides)."""
+    start = time.perf_counter()
+    fetch(call())
+    return max(1, min(1000, round(target / max(time.perf_counter() - start, 1e-9))))
+
+
+def _device_scope(device: str | None) -> Any:
+    """``tf.device(device)`` after checking that TensorFlow has that device; a no-op for None."""
+    if device is None:
+        return contextlib.nullcontext()
+    check_str(device, "device", "a device string such as '/CPU:0'")
+    known = [tf.DeviceSpec.from_string(d.name) for d in tf.config.list_logical_devices()]
+    try:
+        wanted = tf.DeviceSpec.from_string(device if device.startswith("/") else "/" + device)
+    except ValueError as error:
+        raise ValueError(
+            f"device: expected a device string such as '/GPU:0', got {describe(device)}"
+        ) from error
+    if not any(
+        (k.device_type or "").upper() == (wanted.device_type or "").upper()
+        and wanted.device_index in (None, k.device_index)
+        for k in known
+    ):
+        names = [k.to_string() for k in known]
+        raise ValueError(
+            f"device: expected one of the devices TensorFlow has, {names}, got {describe(device)}"
+        )
+    return tf.device(device)
