@@ -20,6 +20,7 @@ import functools
 import json
 import statistics
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -348,6 +349,38 @@ def _on(device: str, array: np.ndarray) -> Any:
         return tf.identity(array)
 
 
+#: The arguments the experiments share, documented once: ``{{shared_args}}`` in a docstring of a
+#: function decorated ``@_shared_args(names)`` becomes these lines (as Keras's optimizers do with
+#: ``{{base_optimizer_keyword_args}}``).
+SHARED_ARGS = {
+    "methods": "Name -> blur ``fn(images)`` (NHWC float32); ``None``: ``default_blur_methods()``.",
+    "image_sizes": "Image heights = widths (a list of ints from 8 to ``MAX_IMAGE_SIZE``); ``None``: "
+                   "``default_sizes(device)``.",
+    "batch_size": "Images per batch (>= 1, at most ``MAX_BATCH_BYTES`` of the largest images); "
+                  "``None``: the device's default.",
+    "reference": "The method every ratio divides by.",
+    "device": "Device string; ``None``: ``default_device()``.",
+    "repeats": "Alternating rounds (1 to ``MAX_REPEATS``).",
+    "seed": "Seed of the random images (0 to ``2**32 - 1``).",
+    "progress": "Print each row as it is measured (a bool).",
+}
+RUN_ARGS = ("device", "repeats", "seed", "progress")
+
+
+def _shared_args(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Replace the ``{{shared_args}}`` line of the docstring by the ``SHARED_ARGS`` of ``names``."""
+    lines = "\n".join(textwrap.fill(f"{name}: {SHARED_ARGS[name]}", 100, initial_indent=" " * 8,
+                                     subsequent_indent=" " * 12) for name in names)
+
+    def fill(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if fn.__doc__:  # None under python -OO
+            fn.__doc__ = fn.__doc__.replace(" " * 8 + "{{shared_args}}", lines)
+        return fn
+
+    return fill
+
+
+@_shared_args("methods", "image_sizes", "batch_size", "reference", *RUN_ARGS)
 def blur_op(
     methods: Mapping[str, Callable[..., Any]] | None = None,
     *,
@@ -366,16 +399,7 @@ def blur_op(
     on a GPU also the copies of the batch to the host and back.
 
     Args:
-        methods: Name -> blur ``fn(images)`` (NHWC float32); ``None``: ``default_blur_methods()``.
-        image_sizes: Image heights = widths (a list of ints from 8 to ``MAX_IMAGE_SIZE``);
-            ``None``: ``default_sizes(device)``.
-        batch_size: Images per batch (>= 1, at most ``MAX_BATCH_BYTES`` of the largest images);
-            ``None``: the device's default.
-        reference: The method every ratio divides by.
-        device: Device string; ``None``: ``default_device()``.
-        repeats: Alternating rounds (1 to ``MAX_REPEATS``).
-        seed: Seed of the random images (0 to ``2**32 - 1``).
-        progress: Print each row as it is measured (a bool).
+        {{shared_args}}
 
     Returns:
         One row per image size (name ``"blur op"``); ``ratio[m]`` = median of m / median of ``reference``.
@@ -411,6 +435,7 @@ def _small_model(kind: str, image_size: int, seed: int) -> Any:
     return keras.Sequential([keras.Input((image_size, image_size, 3)), *body, layers.Dense(10)])
 
 
+@_shared_args("methods", "image_sizes", "batch_size", "reference", *RUN_ARGS)
 def blur_in_model(
     methods: Mapping[str, Callable[..., Any]] | None = None,
     *,
@@ -430,14 +455,7 @@ def blur_in_model(
     copy the batch to the host, run OpenCV while the GPU idles and copy the result back.
 
     Args:
-        methods: As in ``blur_op``.
-        image_sizes: As in ``blur_op``.
-        batch_size: As in ``blur_op``.
-        reference: As in ``blur_op``.
-        device: As in ``blur_op``.
-        repeats: As in ``blur_op``.
-        seed: As in ``blur_op``.
-        progress: As in ``blur_op``.
+        {{shared_args}}
 
     Returns:
         One row per image size (name ``"blur in model"``).
@@ -479,6 +497,7 @@ def _train_step(model: Any, mode: str) -> Callable[[Any, Any], Any]:
     return step if mode == "eager" else tf.function(step, jit_compile=mode == "XLA")
 
 
+@_shared_args("methods", "reference", *RUN_ARGS)
 def blur_pipeline(
     methods: Mapping[str, Callable[..., Any]] | None = None,
     *,
@@ -500,12 +519,7 @@ def blur_pipeline(
     towards 1: that is where ``py_function``'s cost does not matter.
 
     Args:
-        methods: As in ``blur_op``.
-        reference: As in ``blur_op``.
-        device: As in ``blur_op``.
-        repeats: As in ``blur_op``.
-        seed: As in ``blur_op``.
-        progress: As in ``blur_op``.
+        {{shared_args}}
         image_size: Image height = width (8 to ``MAX_IMAGE_SIZE``); ``None``: the device's default.
         examples: Images per epoch (>= batch_size, at most ``MAX_BATCH_BYTES`` of images);
             ``None``: the device's default.
@@ -560,6 +574,7 @@ def blur_pipeline(
 STEP_MODES = ("eager", "tf.function", "XLA")
 
 
+@_shared_args(*RUN_ARGS)
 def training_step_modes(
     *,
     models: Sequence[str] = ("mlp", "cnn"),
@@ -581,10 +596,7 @@ def training_step_modes(
         models: Which models: a list or tuple of ``"mlp"`` and/or ``"cnn"``.
         image_size: Image height = width (8 to ``MAX_IMAGE_SIZE``); ``None``: the device's default.
         batch_size: Examples per step (>= 1); ``None``: the device's default.
-        device: As in ``blur_op``.
-        repeats: As in ``blur_op``.
-        seed: As in ``blur_op``.
-        progress: As in ``blur_op``.
+        {{shared_args}}
 
     Returns:
         One row per model (name ``"<model> training step"``); the reference is ``"tf.function"``.
@@ -641,6 +653,7 @@ PER_EXAMPLE_METHODS = {"Python loop": _standardize_loop, "vectorized_map": _stan
                        "batched op": _standardize_batched}
 
 
+@_shared_args(*RUN_ARGS)
 def per_example_vs_batched(
     *,
     batch_sizes: Sequence[int] | None = None,
@@ -661,10 +674,7 @@ def per_example_vs_batched(
         batch_sizes: Images per batch (a list of ints >= 1); ``None``: the device's default.
         image_size: Image height = width (8 to ``MAX_IMAGE_SIZE``); ``None``: the device's default ``per_image_size``
             (small images: the per-op cost is what differs between the three).
-        device: As in ``blur_op``.
-        repeats: As in ``blur_op``.
-        seed: As in ``blur_op``.
-        progress: As in ``blur_op``.
+        {{shared_args}}
 
     Returns:
         One row per batch size (name ``"standardize per image"``).
@@ -693,6 +703,7 @@ def per_example_vs_batched(
     return rows
 
 
+@_shared_args("repeats", "seed", "progress")
 def compiled_blur_vs_opencv(
     *,
     image_sizes: Sequence[int] | None = None,
@@ -711,11 +722,9 @@ def compiled_blur_vs_opencv(
     loads the op's library (compiling it if it is not cached), before any timing.
 
     Args:
-        image_sizes: As in ``blur_op``; ``None``: ``default_sizes("/CPU:0")``.
-        batch_size: As in ``blur_op``; ``None``: the CPU default.
-        repeats: As in ``blur_op``.
-        seed: As in ``blur_op``.
-        progress: As in ``blur_op``.
+        image_sizes: Image heights = widths (as ``blur_op``); ``None``: ``default_sizes("/CPU:0")``.
+        batch_size: Images per batch (as ``blur_op``); ``None``: the CPU default.
+        {{shared_args}}
 
     Returns:
         One row per image size (name ``"compiled blur"``, reference ``"OpenCV"``); the goal of

@@ -1,3 +1,5 @@
+import inspect
+import re
 import time
 
 import numpy as np
@@ -11,6 +13,7 @@ from companion.bench import (
     blur_in_model,
     blur_op,
     blur_pipeline,
+    compiled_blur_vs_opencv,
     default_sizes,
     per_example_vs_batched,
     rows_table,
@@ -26,6 +29,15 @@ def test_the_harness_is_importable_from_bench_as_the_chapters_import_it():
 
     for name in ("Timing", "time_call", "compare", "fetch", "default_device"):
         assert getattr(companion.bench, name) is getattr(companion.timing, name), name
+
+
+@pytest.mark.parametrize("experiment", [blur_op, blur_in_model, blur_pipeline, training_step_modes,
+                                        per_example_vs_batched, compiled_blur_vs_opencv])
+def test_every_experiment_documents_each_of_its_arguments_once(experiment):
+    args = experiment.__doc__.split("Args:")[1].split("Returns:")[0]
+    documented = re.findall(r"^ {8}(\w+): ", args, re.M)
+    assert sorted(documented) == sorted(inspect.signature(experiment).parameters)
+    assert "{{" not in experiment.__doc__
 
 
 def test_main_prints_progress_a_table_and_writes_one_entry_per_measure(tmp_path, capsys):
@@ -204,8 +216,6 @@ def test_experiments_reject_bad_input(run, error, match):
 
 
 def test_compiled_blur_vs_opencv_rows_divide_by_opencv():
-    from companion.bench import compiled_blur_vs_opencv
-
     rows = compiled_blur_vs_opencv(image_sizes=[16, 24], batch_size=2, repeats=1)
     assert [row["sizes"] for row in rows] == [{"batch_size": 2, "image_size": 16}, {"batch_size": 2, "image_size": 24}]
     for row in rows:
