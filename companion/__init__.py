@@ -15,7 +15,8 @@ stays cheap and never imports TensorFlow by itself::
     from companion.training import fit, make_train_step             # chapter 7
     from companion.optimizers import AdamW, TransformGradients      # chapter 8
     from companion.diagnostics import check_roundtrip, first_nonfinite  # chapter 9
-    from companion.bench import time_call, compare                  # chapter 10 (make bench)
+    from companion.timing import time_call, compare                 # timing harness (chapters 1-11)
+    from companion.bench import blur_op, compiled_blur_vs_opencv    # chapter 10 (make bench)
     from companion.kernels import cpp_blur                          # chapter 11 (needs g++)
 """
 
