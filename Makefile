@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NOTEBOOKS := $(wildcard book/*.ipynb)
-PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env --sanitize-with book/_nbval_sanitize.cfg
+PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env --nbval-sanitize-with book/_nbval_sanitize.cfg
 # tests/test_pages.py reads the built HTML: it runs after `book`, in `make test` only.
 UNIT_TESTS := tests --ignore=tests/test_pages.py
 
@@ -17,13 +17,30 @@ COLAB_INSTALLED := $(COLAB_VENV)/.installed
 COLAB_TOOLS := pytest pytest-xdist nbval nbclient ipykernel nbformat pyyaml
 COLAB_PYTHON ?= $(shell tools/find_python.sh $(shell sed -n 's/^# python: *//p' $(COLAB_STACK)))
 
-.PHONY: help venv book test unit notebooks test-colab bench kernels check-template stamp execute clean
+# TensorFlow logs a few C++ lines before absl's logging is set up (dated "0000 00:00"), which
+# TF_CPP_MIN_LOG_LEVEL does not reach: "All log messages before absl::InitializeLog()", oneDNN, no
+# CUDA driver, and on Colab's stack "Unable to register cuDNN factory". $(call quiet_tf,command)
+# runs a command with those lines taken out of its stderr, keeping its exit status (pipefail).
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+TF_EARLY_LOG := /^WARNING: All log messages before absl::InitializeLog|^[IWE]0000 00:00:/d
+quiet_tf = { $(1) 2>&1 1>&3 | sed -E '$(TF_EARLY_LOG)' >&2; } 3>&1
+
+# `make check NB=book/<chapter>.ipynb`: the chapter's companion module, read from its row of the
+# table in book/intro.md (the appendix has none), and that module's tests and doctests.
+CHAPTER_MODULE = $(shell sed -n 's/.*]($(notdir $(NB))).*`companion\.\([a-z_]*\)` |$$/\1/p' book/intro.md)
+CHAPTER_TESTS = $(if $(CHAPTER_MODULE),tests/test_$(CHAPTER_MODULE).py companion/$(CHAPTER_MODULE).py)
+
+.PHONY: help venv book test unit notebooks check test-colab bench kernels check-template stamp execute clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
 	@echo "make test        unit tests + docstring examples + every notebook under nbval + strict book build"
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
 	@echo "make unit        unit tests and docstring examples only"
+	@echo "make notebooks   every notebook under nbval only"
+	@echo "make check NB=book/07_custom_training_loops.ipynb"
+	@echo "                 one chapter: its notebook, its module's tests (not the slow ones), doctests"
 	@echo "make bench       the headline benchmarks: a table, and _build/bench.json"
 	@echo "make kernels     compile chapter 11's C++ op into the per-user cache (needs g++)"
 	@echo "make execute     re-run every notebook in place, storing the outputs nbval sees (NB=... for one)"
@@ -40,10 +57,11 @@ venv: $(INSTALLED)
 
 # The API page imports the companion (and TensorFlow): keep TF's C++ start-up lines out of the log.
 book: $(INSTALLED)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/jupyter-book build . -W -n --keep-going
+	$(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/jupyter-book build . -W -n --keep-going)
 
 # The book is built first: tests/test_pages.py checks the built pages (Colab links, outputs).
-# One pytest run: unit tests, the docstring examples of the companion, every notebook, the pages.
+# One pytest run: unit tests (the slow ones too), the docstring examples of the companion, every
+# notebook, the pages.
 test: $(INSTALLED) check-template kernels book
 	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) tests companion book
 
@@ -52,6 +70,12 @@ unit: $(INSTALLED) kernels
 
 notebooks: $(INSTALLED) kernels
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_NOTEBOOK_FLAGS) book
+
+# The loop for working on one chapter: about 1.5 min for chapter 7 (README.md has the times).
+check: $(INSTALLED) kernels
+	@test -f "$(NB)" || { echo "usage: make check NB=book/07_custom_training_loops.ipynb" >&2; exit 2; }
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow" --doctest-modules \
+	  $(PYTEST_NOTEBOOK_FLAGS) $(NB) $(CHAPTER_TESTS)
 
 # Colab's stack first, then the companion exactly as the notebooks' setup cell installs it there
 # (a plain, non-editable `pip install` that must leave Colab's packages alone: check_stack.py).
@@ -73,18 +97,18 @@ test-colab: $(COLAB_INSTALLED)
 	$(COLAB_BIN)/python -m pip install -q --no-deps --force-reinstall .
 	$(COLAB_BIN)/python tools/check_stack.py $(COLAB_STACK)
 	cd book && ../$(COLAB_BIN)/python -c "import companion; assert 'site-packages' in companion.__file__, companion.__file__"
-	cd book && TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB_BIN)/python -m companion.kernels
+	cd book && $(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB_BIN)/python -m companion.kernels)
 	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) $(UNIT_TESTS) book --pyargs companion
 
 # Chapter 11's compiled op (companion.kernels), built ahead of time once per TensorFlow version into
 # the per-user cache ($$WHITE_BOX_TF_CACHE, default ~/.cache/white-box-tf/kernels) that the tests
 # and notebooks load it from. Without g++ it stops with a message that says so.
 kernels: $(INSTALLED)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m companion.kernels
+	$(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m companion.kernels)
 
 # Speed ratios measured side by side in one run (never in the timed unit tests).
 bench: $(INSTALLED) kernels
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m companion.bench
+	$(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m companion.bench)
 
 check-template: $(INSTALLED)
 	$(BIN)/python tools/notebook_template.py check
@@ -93,12 +117,13 @@ stamp: $(INSTALLED)
 	$(BIN)/python tools/notebook_template.py stamp
 
 # PYTEST_CURRENT_TEST makes ipykernel leave TF's C++ log lines out of the stored outputs,
-# exactly as under nbval (see book/intro.md, "Refreshing outputs").
+# exactly as under nbval (README.md, "Refresh outputs and add a chapter").
 execute: $(INSTALLED)
 	$(BIN)/python tools/notebook_template.py stamp $(NB)
 	for nb in $(or $(NB),$(NOTEBOOKS)); do \
 	  echo "executing $$nb"; \
 	  PYTEST_CURRENT_TEST=1 $(BIN)/jupyter-execute --inplace --timeout=600 $$nb || exit 1; \
+	  $(BIN)/python tools/strip_timestamps.py $$nb; \
 	done
 
 clean:

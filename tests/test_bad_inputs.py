@@ -4,9 +4,6 @@ Each test replaces one argument of one public name by every bad value of its kin
 TypeError or ValueError of the form ``"<argument>: expected <what>, got <type> <value>"``.
 """
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import inspect
 import pkgutil

@@ -1,8 +1,5 @@
 """One set of argument checks for the whole companion: same rules, same message form everywhere."""
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import math
 

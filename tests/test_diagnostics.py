@@ -1,7 +1,4 @@
-import os
 import warnings
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import numpy as np

@@ -1,10 +1,7 @@
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,19 +19,6 @@ from companion.kernels import BuildError, CppGaussianBlur, build_blur_op, cpp_bl
 from companion.notebook import run_python
 from companion.pyfunc import gaussian_kernel, native_blur
 
-# The same (ksize, sigma) cases as chapter 3's tests (tests/test_pyfunc.py).
-PAIRS = [(1, 0.0), (3, 0.0), (5, 0.0), (7, 0.0), (9, 0.0), (11, 0.0), (5, 1.1), (7, 0.5), (9, 3.0), (15, 2.5)]
-
-
-def _images(shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).random(shape).astype(dtype)
-
-
-def _opencv(images, ksize, sigma):
-    """Independent reference: cv2.GaussianBlur image by image, default border."""
-    return np.stack([cv2.GaussianBlur(i, (ksize, ksize), sigma).reshape(i.shape) for i in images])
-
-
 def _blur_matrix(op, kernel, shape):
     """The dense matrix of a linear op on images of ``shape``, column by column."""
     size = int(np.prod(shape))
@@ -42,11 +26,13 @@ def _blur_matrix(op, kernel, shape):
     return np.stack(columns, axis=1)
 
 
-@pytest.mark.parametrize("ksize, sigma", PAIRS)
-def test_cpp_blur_matches_opencv_and_native_rank4_including_borders(ksize, sigma):
-    images = _images((3, 19, 23, 3))
+def test_cpp_blur_matches_opencv_and_native_rank4_including_borders(
+    blur_case, random_images, opencv_blur
+):
+    ksize, sigma = blur_case
+    images = random_images((3, 19, 23, 3))
     got = cpp_blur(images, ksize, sigma).numpy()
-    expected = _opencv(images, ksize, sigma)
+    expected = opencv_blur(images, ksize, sigma)
     assert np.abs(got - expected).max() < 1e-5
     assert np.abs(got - native_blur(images, ksize, sigma).numpy()).max() < 1e-5
     border = np.ones(got.shape[1:3], bool)
@@ -57,53 +43,55 @@ def test_cpp_blur_matches_opencv_and_native_rank4_including_borders(ksize, sigma
 
 @pytest.mark.parametrize("ksize, sigma", [(3, 0.0), (5, 0.0), (9, 2.0)])
 @pytest.mark.parametrize("channels", [1, 4])
-def test_cpp_blur_matches_opencv_rank3(ksize, sigma, channels):
-    image = _images((16, 12, channels), seed=1)
+def test_cpp_blur_matches_opencv_rank3(ksize, sigma, channels, random_images):
+    image = random_images((16, 12, channels), seed=1)
     got = cpp_blur(image, ksize, sigma)
     assert got.shape == image.shape
     expected = cv2.GaussianBlur(image, (ksize, ksize), sigma).reshape(image.shape)
     assert np.abs(got.numpy() - expected).max() < 1e-5
 
 
-def test_large_batches_split_in_chunks_over_threads_equal_opencv_and_native_gradient():
+def test_large_batches_split_in_chunks_over_threads_equal_opencv_and_native_gradient(
+    random_images, opencv_blur
+):
     # 8 * 128 rows of 96 x 3 floats: about 50 chunks, shared by the caller and the pool's threads.
-    images = tf.constant(_images((8, 128, 96, 3), seed=6))
-    np.testing.assert_allclose(cpp_blur(images, 7).numpy(), _opencv(images.numpy(), 7, 0.0), rtol=0, atol=1e-5)
-    upstream = tf.constant(_images((8, 128, 96, 3), seed=7))
+    images = tf.constant(random_images((8, 128, 96, 3), seed=6))
+    np.testing.assert_allclose(cpp_blur(images, 7).numpy(), opencv_blur(images.numpy(), 7, 0.0), rtol=0, atol=1e-5)
+    upstream = tf.constant(random_images((8, 128, 96, 3), seed=7))
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(images)
         ours, theirs = (tf.reduce_sum(blur(images, 7) * upstream) for blur in (cpp_blur, native_blur))
     np.testing.assert_allclose(tape.gradient(ours, images), tape.gradient(theirs, images), rtol=0, atol=1e-5)
 
 
-def test_float64_and_unknown_shape_in_tf_function():
-    images = _images((2, 10, 14, 2), dtype=np.float64)
+def test_float64_and_unknown_shape_in_tf_function(random_images, opencv_blur):
+    images = random_images((2, 10, 14, 2), dtype=np.float64)
     spec = tf.TensorSpec([None, None, None, 2], tf.float64)
     traced = tf.function(lambda x: cpp_blur(x, 7, 1.5), input_signature=[spec])
     assert traced.get_concrete_function().output_shapes.as_list() == [None, None, None, 2]  # shape fn
     got = traced(images).numpy()
     assert got.dtype == np.float64
-    assert np.abs(got - _opencv(images, 7, 1.5)).max() < 1e-12
+    assert np.abs(got - opencv_blur(images, 7, 1.5)).max() < 1e-12
 
 
-def test_smallest_images_and_empty_batch():
-    image = _images((3, 3, 1))  # height = width = ksize // 2 + 1: every output pixel is a border pixel
+def test_smallest_images_and_empty_batch(random_images):
+    image = random_images((3, 3, 1))  # height = width = ksize // 2 + 1: every output pixel is a border pixel
     assert np.abs(cpp_blur(image, 5).numpy() - cv2.GaussianBlur(image, (5, 5), 0)[..., None]).max() < 1e-6
     assert cpp_blur(np.zeros((0, 8, 8, 3), np.float32)).shape == (0, 8, 8, 3)
 
 
-def test_in_tf_data():
-    images = _images((4, 20, 18, 3))
+def test_in_tf_data(random_images, opencv_blur):
+    images = random_images((4, 20, 18, 3))
     dataset = tf.data.Dataset.from_tensor_slices(images).map(lambda x: cpp_blur(x, 7, 2.0))
     assert dataset.element_spec.shape == (20, 18, 3)  # the shape function keeps the static shape
     got = np.stack([x.numpy() for x in dataset])
-    assert np.abs(got - _opencv(images, 7, 2.0)).max() < 1e-5
+    assert np.abs(got - opencv_blur(images, 7, 2.0)).max() < 1e-5
 
 
 @pytest.mark.parametrize("ksize, shape", [(3, (1, 5, 6, 2)), (5, (2, 4, 7, 1)), (7, (1, 6, 4, 1))])
-def test_gradient_matches_finite_differences_float64(ksize, shape):
+def test_gradient_matches_finite_differences_float64(ksize, shape, random_images):
     # Small images: most pixels are border pixels, where the adjoint differs from the blur.
-    x = _images(shape, seed=2, dtype=np.float64)
+    x = random_images(shape, seed=2, dtype=np.float64)
     assert gradient_error(lambda t: cpp_blur(t, ksize, 1.3), x) < 1e-9
 
 
@@ -116,22 +104,22 @@ def test_adjoint_is_the_transpose_even_for_an_asymmetric_kernel():
     assert np.abs(blur - blur.T).max() > 0.1  # so the blur is NOT its own adjoint at the borders
 
 
-def test_gradient_of_the_gradient_and_against_native_blur():
-    x = tf.constant(_images((2, 9, 8, 3), seed=3, dtype=np.float64))
-    upstream = tf.constant(_images((2, 9, 8, 3), seed=4, dtype=np.float64))
+def test_gradient_of_the_gradient_and_against_native_blur(random_images):
+    x = tf.constant(random_images((2, 9, 8, 3), seed=3, dtype=np.float64))
+    upstream = tf.constant(random_images((2, 9, 8, 3), seed=4, dtype=np.float64))
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x)
         ours = tf.reduce_sum(cpp_blur(x, 5, 1.0) * upstream)
         theirs = tf.reduce_sum(native_blur(x, 5, 1.0) * upstream)
     np.testing.assert_allclose(tape.gradient(ours, x), tape.gradient(theirs, x), rtol=0, atol=1e-12)
-    assert gradient_error(lambda t: load_blur_op().gaussian_blur_grad(t, gaussian_kernel(3)), _images((1, 4, 5, 1))) < 1e-9
+    assert gradient_error(lambda t: load_blur_op().gaussian_blur_grad(t, gaussian_kernel(3)), random_images((1, 4, 5, 1))) < 1e-9
 
 
 # Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back as a list.
 @pytest.mark.filterwarnings("ignore:The structure of `inputs` doesn't match:UserWarning")
-def test_layer_trains_saves_and_loads_in_a_fresh_process(tmp_path):
+def test_layer_trains_saves_and_loads_in_a_fresh_process(tmp_path, random_images, opencv_blur):
     keras.utils.set_random_seed(0)
-    images = _images((8, 16, 16, 3))
+    images = random_images((8, 16, 16, 3))
     inputs = keras.Input((16, 16, 3))
     x = CppGaussianBlur(ksize=7, sigma=1.3, name="blur")(inputs)
     model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(x)))
@@ -140,7 +128,7 @@ def test_layer_trains_saves_and_loads_in_a_fresh_process(tmp_path):
     model.fit(data, epochs=1, shuffle=False, verbose=0)  # gradients flow through the op
     expected = model(images).numpy()
     blurred = keras.Model(inputs, model.get_layer("blur").output)(images).numpy()
-    assert np.abs(blurred - _opencv(images, 7, 1.3)).max() < 1e-5
+    assert np.abs(blurred - opencv_blur(images, 7, 1.3)).max() < 1e-5
     model.save(tmp_path / "m.keras")
     model.export(tmp_path / "exported", verbose=False)
     np.save(tmp_path / "x.npy", images)
@@ -190,20 +178,20 @@ def test_tflite_cannot_run_the_op(tmp_path):
         ({"images": np.zeros((8, 2, 3), np.float32)}, ValueError, "ksize // 2 = 2"),
     ],
 )
-def test_bad_input_raises_clear_errors(kwargs, error, match):
-    arguments = {"images": _images((8, 8, 3)), **kwargs}
+def test_bad_input_raises_clear_errors(kwargs, error, match, random_images):
+    arguments = {"images": random_images((8, 8, 3)), **kwargs}
     with pytest.raises(error, match=match):
         cpp_blur(**arguments)
 
 
-def test_the_kernel_checks_its_inputs_too():
+def test_the_kernel_checks_its_inputs_too(random_images):
     op = load_blur_op()
     with pytest.raises(tf.errors.InvalidArgumentError, match="kernel: expected rank 1 with an odd length"):
-        op.gaussian_blur(_images((1, 8, 8, 1)), np.ones(4, np.float32))
+        op.gaussian_blur(random_images((1, 8, 8, 1)), np.ones(4, np.float32))
     with pytest.raises(tf.errors.InvalidArgumentError, match="images: expected height and width > ksize // 2"):
-        op.gaussian_blur(_images((1, 2, 8, 1)), np.ones(5, np.float32))
+        op.gaussian_blur(random_images((1, 2, 8, 1)), np.ones(5, np.float32))
     with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="rank 4|must be rank 4"):
-        op.gaussian_blur(_images((8, 8, 1)), np.ones(5, np.float32))
+        op.gaussian_blur(random_images((8, 8, 1)), np.ones(5, np.float32))
     with pytest.raises(ValueError, match="ksize"):
         CppGaussianBlur(ksize=2)
 
@@ -228,6 +216,7 @@ def test_compile_errors_are_reported_with_the_compiler_output(monkeypatch, tmp_p
     assert not list((tmp_path / "cache").rglob("*.so"))
 
 
+@pytest.mark.slow
 def test_concurrent_builds_compile_once_and_the_cache_is_reused(monkeypatch, tmp_path):
     # Two processes build into an empty cache at once: one compiles, the other waits and reuses.
     code = "from companion.kernels import build_blur_op; print(build_blur_op())"
@@ -280,7 +269,7 @@ def _blur_model(blur_layer):
     return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(x)))
 
 
-def test_auto_jit_compile_on_a_gpu_leaves_the_compiled_blur_out_of_xla():
+def test_auto_jit_compile_on_a_gpu_leaves_the_compiled_blur_out_of_xla(random_images):
     from companion.pyfunc import GaussianBlur
 
     keras.utils.set_random_seed(0)
@@ -288,17 +277,19 @@ def test_auto_jit_compile_on_a_gpu_leaves_the_compiled_blur_out_of_xla():
     assert jitted.jit_compile is True  # the fake GPU works: Keras chose XLA for the native blur
     model = _compile_as_on_a_gpu(_blur_model(CppGaussianBlur()))
     # Under XLA this step fails: "No registered 'GaussianBlur' OpKernel for XLA_CPU_JIT devices".
-    history = model.fit(_images((4, 16, 16, 3)), np.zeros((4, 2), np.float32), epochs=1, verbose=0)
+    history = model.fit(random_images((4, 16, 16, 3)), np.zeros((4, 2), np.float32), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0]) and model.jit_compile is False
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_half_precision_images_are_blurred_in_float32_and_returned_in_their_dtype(dtype):
-    images = _images((2, 12, 10, 3), seed=5)
+def test_half_precision_images_are_blurred_in_float32_and_returned_in_their_dtype(
+    dtype, random_images, opencv_blur
+):
+    images = random_images((2, 12, 10, 3), seed=5)
     half = tf.cast(images, dtype)
     got = cpp_blur(half, 5, 1.2)
     assert got.dtype == dtype
-    expected = tf.cast(_opencv(tf.cast(half, tf.float32).numpy(), 5, 1.2), dtype)  # one rounding
+    expected = tf.cast(opencv_blur(tf.cast(half, tf.float32).numpy(), 5, 1.2), dtype)  # one rounding
     np.testing.assert_array_equal(tf.cast(got, tf.float32).numpy(), tf.cast(expected, tf.float32).numpy())
     with tf.GradientTape() as tape:
         tape.watch(half)
@@ -309,13 +300,13 @@ def test_half_precision_images_are_blurred_in_float32_and_returned_in_their_dtyp
     np.testing.assert_array_equal(tf.cast(gradient, tf.float32).numpy(), tf.cast(tf.cast(expected_gradient, dtype), tf.float32).numpy())
 
 
-def test_layer_trains_under_mixed_float16():
+def test_layer_trains_under_mixed_float16(random_images):
     keras.utils.set_random_seed(0)
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         model = _blur_model(CppGaussianBlur(ksize=5))
         model.compile(optimizer="sgd", loss="mse")
-        images = _images((4, 16, 16, 3))
+        images = random_images((4, 16, 16, 3))
         conv = model.layers[1]
         before = conv.get_weights()[0].copy()
         history = model.fit(images, np.ones((4, 2), np.float32), epochs=1, verbose=0)
@@ -327,11 +318,13 @@ def test_layer_trains_under_mixed_float16():
         keras.mixed_precision.set_global_policy("float32")
 
 
-def test_the_weights_are_computed_once_and_graphs_get_their_own_constant(monkeypatch):
+def test_the_weights_are_computed_once_and_graphs_get_their_own_constant(
+    monkeypatch, random_images
+):
     calls = []
     real = kernels.gaussian_kernel
     monkeypatch.setattr(kernels, "gaussian_kernel", lambda *args: calls.append(args) or real(*args))
-    images = _images((2, 9, 9, 3))
+    images = random_images((2, 9, 9, 3))
     first, second = cpp_blur(images, 13, 0.7), cpp_blur(images, 13, 0.7)  # eager: one cached tensor
     np.testing.assert_array_equal(first.numpy(), second.numpy())
     assert calls == [(13, 0.7)]
@@ -346,11 +339,15 @@ def test_the_weights_are_computed_once_and_graphs_get_their_own_constant(monkeyp
 
 @pytest.fixture(scope="module")
 def fresh_build(tmp_path_factory):
-    """One build into an empty cache (the compile runs here, with this module's flags)."""
+    """One build into an empty cache (the compile runs here, with this module's flags).
+
+    Its compile, about 30 s on 2 busy cores, makes each test that uses it ``slow``.
+    """
     root = tmp_path_factory.mktemp("cache")
     return root, build_blur_op(cache_dir=root)
 
 
+@pytest.mark.slow
 def test_a_cached_build_loads_without_a_compiler(fresh_build, tmp_path):
     root, library = fresh_build
     code = textwrap.dedent("""
@@ -368,6 +365,7 @@ def test_a_cached_build_loads_without_a_compiler(fresh_build, tmp_path):
             build_blur_op(cache_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_a_build_records_a_manifest_and_compiles_without_warnings(fresh_build):
     root, library = fresh_build
     command = kernels.build_command(kernels.SOURCE, "blur_op.so", "g++")
@@ -398,6 +396,7 @@ def _intact(library):
     return manifest["size"] == library.stat().st_size and manifest["sha256"] == hashlib.sha256(library.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_a_truncated_cached_library_is_rebuilt_not_loaded(fresh_build, tmp_path):
     # Loading half a library killed Python with SIGBUS: the child would die with a signal.
     root, library = _copy_of_the_cache(fresh_build, tmp_path)
@@ -422,6 +421,7 @@ def _fake_compile(good_library, calls):
 
 @pytest.mark.parametrize("damage", ["flipped bytes", "no manifest", "manifest not JSON", "manifest of another file",
                                     "library missing", "stale partial files"])
+@pytest.mark.slow
 def test_a_damaged_or_unrecorded_build_is_rebuilt(fresh_build, tmp_path, monkeypatch, damage):
     root, library = _copy_of_the_cache(fresh_build, tmp_path)
     manifest = library.parent / "manifest.json"
@@ -450,6 +450,7 @@ def test_a_damaged_or_unrecorded_build_is_rebuilt(fresh_build, tmp_path, monkeyp
     assert build_blur_op(cache_dir=root) == library and len(calls) == 1  # now trusted as it is
 
 
+@pytest.mark.slow
 def test_without_a_compiler_a_damaged_cached_build_is_not_used(fresh_build, tmp_path, monkeypatch):
     root, library = _copy_of_the_cache(fresh_build, tmp_path)
     library.write_bytes(library.read_bytes()[:1000])
@@ -478,7 +479,9 @@ def test_a_library_tensorflow_cannot_load_is_a_build_error(tmp_path, monkeypatch
         ({"cxx": "echo"}, BuildError, "with 'echo' exited 0 but wrote no library.*is 'echo' a C\\+\\+ compiler"),
     ],
 )
-def test_bad_build_arguments_and_compilers_get_clear_errors(tmp_path, monkeypatch, kwargs, error, match):
+def test_bad_build_arguments_and_compilers_get_clear_errors(
+    tmp_path, monkeypatch, kwargs, error, match
+):
     monkeypatch.chdir(tmp_path)  # an empty cache_dir once meant this folder
     with pytest.raises(error, match=match):
         build_blur_op(**{"cache_dir": tmp_path / "cache", **kwargs})
@@ -544,10 +547,12 @@ def test_a_kernel_as_large_as_the_image_needs_no_memory_of_image_times_kernel():
 
 
 @pytest.mark.parametrize("shape", [(1, 6, 7, 2), (2, 9, 5, 1)])
-def test_kernels_longer_than_the_image_match_opencv_and_the_adjoint_is_the_transpose(shape):
+def test_kernels_longer_than_the_image_match_opencv_and_the_adjoint_is_the_transpose(
+    shape, random_images, opencv_blur
+):
     ksize = 2 * min(shape[1:3]) - 1  # the largest reflect-101 allows: every pixel is a border pixel
-    images = _images(shape, seed=8)
-    np.testing.assert_allclose(cpp_blur(images, ksize, 2.5).numpy(), _opencv(images, ksize, 2.5), rtol=0, atol=1e-6)
+    images = random_images(shape, seed=8)
+    np.testing.assert_allclose(cpp_blur(images, ksize, 2.5).numpy(), opencv_blur(images, ksize, 2.5), rtol=0, atol=1e-6)
     op, kernel = load_blur_op(), np.random.default_rng(9).random(ksize)  # asymmetric
     single = (1, *shape[1:])
     blur = _blur_matrix(op.gaussian_blur, kernel, single)
@@ -583,6 +588,6 @@ def test_the_layer_names_its_inputs_in_errors(inputs, error, match):
         CppGaussianBlur(ksize=5)(inputs)
 
 
-def test_cpp_blur_takes_keras_variables():
-    images = _images((1, 9, 9, 2))
+def test_cpp_blur_takes_keras_variables(random_images):
+    images = random_images((1, 9, 9, 2))
     np.testing.assert_array_equal(cpp_blur(keras.Variable(images), 3).numpy(), cpp_blur(images, 3).numpy())

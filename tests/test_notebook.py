@@ -1,7 +1,5 @@
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 import numpy as np
 import pytest
 

@@ -1,14 +1,11 @@
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from companion.introspection import traced_ops  # noqa: E402
-from companion.ops import logsumexp, masked_mean, mish, softplus, swish  # noqa: E402
+from companion.introspection import traced_ops
+from companion.ops import logsumexp, masked_mean, mish, softplus, swish
 
 DTYPES = [tf.float32, tf.float64]
 EXTREMES = [-1000.0, -100.0, -20.0, -1.0, 0.0, 1.0, 20.0, 100.0, 1000.0]

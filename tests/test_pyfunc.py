@@ -1,6 +1,3 @@
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import json
 
@@ -21,21 +18,9 @@ from companion.pyfunc import (
 
 WRAPPERS = [py_function_blur, numpy_function_blur]
 
-PAIRS = [(1, 0.0), (3, 0.0), (5, 0.0), (7, 0.0), (9, 0.0), (11, 0.0), (5, 1.1), (7, 0.5), (9, 3.0), (15, 2.5)]
-
-
-def _images(shape, seed=0):
-    return np.random.default_rng(seed).random(shape).astype(np.float32)
-
-
-def _opencv(images, ksize, sigma):
-    """Independent reference: cv2.GaussianBlur image by image, default border."""
-    return np.stack([cv2.GaussianBlur(i, (ksize, ksize), sigma).reshape(i.shape) for i in images])
-
-
 @pytest.mark.parametrize("ksize", range(1, 32, 2))
 @pytest.mark.parametrize("sigma", [0.0, 0.3, 0.8, 1.0, 1.1, 2.0, 3.7, 10.0])
-def test_kernel_equals_opencv(ksize, sigma):
+def test_kernel_equals_opencv(ksize, sigma, opencv_blur):
     expected = cv2.getGaussianKernel(ksize, sigma).ravel()
     np.testing.assert_allclose(gaussian_kernel(ksize, sigma), expected, rtol=0, atol=1e-12)
 
@@ -44,11 +29,11 @@ def test_kernel_size_5_is_binomial():
     np.testing.assert_array_equal(gaussian_kernel(5) * 16, [1, 4, 6, 4, 1])
 
 
-@pytest.mark.parametrize("ksize, sigma", PAIRS)
-def test_native_blur_matches_opencv_rank4_including_borders(ksize, sigma):
-    images = _images((3, 19, 23, 3))
+def test_native_blur_matches_opencv_rank4_including_borders(blur_case, random_images, opencv_blur):
+    ksize, sigma = blur_case
+    images = random_images((3, 19, 23, 3))
     got = native_blur(images, ksize, sigma).numpy()
-    expected = _opencv(images, ksize, sigma)
+    expected = opencv_blur(images, ksize, sigma)
     assert np.abs(got - expected).max() < 1e-5
     border = np.ones(got.shape[1:3], bool)
     border[ksize // 2 : -(ksize // 2) or None, ksize // 2 : -(ksize // 2) or None] = False
@@ -58,25 +43,25 @@ def test_native_blur_matches_opencv_rank4_including_borders(ksize, sigma):
 
 @pytest.mark.parametrize("ksize, sigma", [(3, 0.0), (5, 0.0), (9, 2.0)])
 @pytest.mark.parametrize("channels", [1, 4])
-def test_native_blur_matches_opencv_rank3(ksize, sigma, channels):
-    image = _images((16, 12, channels), seed=1)
+def test_native_blur_matches_opencv_rank3(ksize, sigma, channels, random_images):
+    image = random_images((16, 12, channels), seed=1)
     got = native_blur(image, ksize, sigma)
     assert got.shape == image.shape
     expected = cv2.GaussianBlur(image, (ksize, ksize), sigma).reshape(image.shape)
     assert np.abs(got.numpy() - expected).max() < 1e-5
 
 
-def test_native_blur_float64_and_unknown_shape():
-    images = _images((2, 10, 14, 2)).astype(np.float64)
+def test_native_blur_float64_and_unknown_shape(random_images, opencv_blur):
+    images = random_images((2, 10, 14, 2)).astype(np.float64)
     spec = tf.TensorSpec([None, None, None, 2], tf.float64)
     traced = tf.function(lambda x: native_blur(x, 7, 1.5), input_signature=[spec])
     got = traced(images).numpy()
     assert got.dtype == np.float64
-    assert np.abs(got - _opencv(images, 7, 1.5)).max() < 1e-12
+    assert np.abs(got - opencv_blur(images, 7, 1.5)).max() < 1e-12
 
 
-def test_cv2_blur_matches_opencv_for_each_rank_and_uint8():
-    image = _images((9, 11, 3))
+def test_cv2_blur_matches_opencv_for_each_rank_and_uint8(random_images):
+    image = random_images((9, 11, 3))
     np.testing.assert_array_equal(cv2_blur(image), cv2.GaussianBlur(image, (5, 5), 0))
     np.testing.assert_array_equal(cv2_blur(image[..., 0]), cv2.GaussianBlur(image[..., 0], (5, 5), 0))
     assert cv2_blur(image[..., :1]).shape == (9, 11, 1)
@@ -86,20 +71,20 @@ def test_cv2_blur_matches_opencv_for_each_rank_and_uint8():
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
-def test_wrappers_in_tf_data_keep_shape_and_equal_opencv(wrapper):
-    images = _images((4, 20, 18, 3))
+def test_wrappers_in_tf_data_keep_shape_and_equal_opencv(wrapper, random_images, opencv_blur):
+    images = random_images((4, 20, 18, 3))
     dataset = tf.data.Dataset.from_tensor_slices(images).map(lambda x: wrapper(x, 7, 2.0))
     assert dataset.element_spec.shape == (20, 18, 3)
     got = np.stack([x.numpy() for x in dataset])
-    np.testing.assert_array_equal(got, _opencv(images, 7, 2.0))
+    np.testing.assert_array_equal(got, opencv_blur(images, 7, 2.0))
     batched = wrapper(tf.constant(images))
     assert batched.shape == images.shape
-    np.testing.assert_array_equal(batched.numpy(), _opencv(images, 5, 0.0))
+    np.testing.assert_array_equal(batched.numpy(), opencv_blur(images, 5, 0.0))
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
-def test_wrappers_keep_uint8_and_rank2(wrapper):
-    image = (_images((9, 11, 3)) * 255).astype(np.uint8)
+def test_wrappers_keep_uint8_and_rank2(wrapper, random_images):
+    image = (random_images((9, 11, 3)) * 255).astype(np.uint8)
     got = wrapper(image)
     assert got.dtype == tf.uint8
     np.testing.assert_array_equal(got.numpy(), cv2.GaussianBlur(image, (5, 5), 0))
@@ -107,19 +92,19 @@ def test_wrappers_keep_uint8_and_rank2(wrapper):
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
-def test_wrappers_declare_the_shape_with_a_run_time_check(wrapper):
+def test_wrappers_declare_the_shape_with_a_run_time_check(wrapper, random_images):
     # ensure_shape is an op in the graph (set_shape would leave none); unknown sizes stay unknown.
     spec = tf.TensorSpec([None, None, 3], tf.float32)
     concrete = tf.function(wrapper).get_concrete_function(spec)
     assert "EnsureShape" in [op.type for op in concrete.graph.get_operations()]
     assert concrete.output_shapes.as_list() == [None, None, 3]
-    image = _images((7, 9, 3))
+    image = random_images((7, 9, 3))
     np.testing.assert_array_equal(concrete(tf.constant(image)).numpy(), cv2.GaussianBlur(image, (5, 5), 0))
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
 @pytest.mark.parametrize("graph", [False, True])
-def test_wrappers_have_no_gradient(wrapper, graph):
+def test_wrappers_have_no_gradient(wrapper, graph, random_images):
     # OpenCV is invisible to the tape. A bare py_function would give a scalar zero; we give None.
     def gradient(x):
         with tf.GradientTape() as tape:
@@ -128,12 +113,12 @@ def test_wrappers_have_no_gradient(wrapper, graph):
         return tape.gradient(total, x)
 
     fn = tf.function(gradient) if graph else gradient
-    assert fn(tf.constant(_images((8, 8, 3)))) is None
+    assert fn(tf.constant(random_images((8, 8, 3)))) is None
 
 
-def test_bare_py_function_around_opencv_reports_a_scalar_zero_gradient():
+def test_bare_py_function_around_opencv_reports_a_scalar_zero_gradient(random_images):
     # The TensorFlow behaviour py_function_blur guards against (chapter 3 shows it).
-    x = tf.constant(_images((8, 8, 3)))
+    x = tf.constant(random_images((8, 8, 3)))
     with tf.GradientTape() as tape:
         tape.watch(x)
         y = tf.py_function(lambda a: cv2.GaussianBlur(a.numpy(), (5, 5), 0), [x], tf.float32)
@@ -143,12 +128,12 @@ def test_bare_py_function_around_opencv_reports_a_scalar_zero_gradient():
 
 # Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back as a list.
 @pytest.mark.filterwarnings("ignore:The structure of `inputs` doesn't match:UserWarning")
-def test_gaussian_blur_layer_matches_opencv_and_round_trips(tmp_path):
-    images = _images((2, 16, 16, 3))
+def test_gaussian_blur_layer_matches_opencv_and_round_trips(tmp_path, random_images, opencv_blur):
+    images = random_images((2, 16, 16, 3))
     inputs = keras.Input((16, 16, 3))
     model = keras.Model(inputs, GaussianBlur(ksize=7, sigma=1.3, name="blur")(inputs))
     expected = model(images).numpy()
-    assert np.abs(expected - _opencv(images, 7, 1.3)).max() < 1e-5
+    assert np.abs(expected - opencv_blur(images, 7, 1.3)).max() < 1e-5
     json.dumps(model.get_layer("blur").get_config())
     path = tmp_path / "blur.keras"
     model.save(path)
@@ -158,8 +143,8 @@ def test_gaussian_blur_layer_matches_opencv_and_round_trips(tmp_path):
     np.testing.assert_array_equal(restored(images).numpy(), expected)
 
 
-def test_gaussian_blur_layer_is_differentiable():
-    images = tf.constant(_images((1, 8, 8, 1)))
+def test_gaussian_blur_layer_is_differentiable(random_images):
+    images = tf.constant(random_images((1, 8, 8, 1)))
     with tf.GradientTape() as tape:
         tape.watch(images)
         total = tf.reduce_sum(GaussianBlur(3)(images))
@@ -182,12 +167,12 @@ def test_gaussian_blur_layer_is_differentiable():
     ],
 )
 @pytest.mark.parametrize("fn", [cv2_blur, py_function_blur, numpy_function_blur, native_blur, gaussian_kernel])
-def test_bad_ksize_and_sigma(fn, kwargs, error, match):
+def test_bad_ksize_and_sigma(fn, kwargs, error, match, random_images):
     with pytest.raises(error, match=match):
         if fn is gaussian_kernel:
             fn(**kwargs)
         else:
-            fn(_images((8, 8, 3)), **kwargs)
+            fn(random_images((8, 8, 3)), **kwargs)
 
 
 def test_layer_rejects_bad_arguments_at_construction():
@@ -197,7 +182,7 @@ def test_layer_rejects_bad_arguments_at_construction():
         GaussianBlur(sigma=-0.5)
 
 
-def test_bad_images():
+def test_bad_images(random_images):
     with pytest.raises(TypeError, match=r"^images: expected a floating-point tensor .*, got dtype int32"):
         native_blur(np.zeros((8, 8, 3), np.int32))
     with pytest.raises(TypeError, match=r"^inputs: expected a floating-point tensor .*, got dtype uint8"):
@@ -244,19 +229,21 @@ def test_an_empty_batch_gives_an_empty_batch(blur, how):
     assert tuple(out.shape) == (0, 8, 8, 3)
 
 
-def test_an_empty_batch_passes_a_model_with_the_layer_in_fit_and_predict_on_batch():
+def test_an_empty_batch_passes_a_model_with_the_layer_in_fit_and_predict_on_batch(random_images):
     model = keras.Sequential([keras.Input((8, 8, 3)), GaussianBlur(3), keras.layers.Flatten(),
                               keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse", jit_compile=True)
     assert model.predict_on_batch(np.zeros((0, 8, 8, 3), "float32")).shape == (0, 1)
-    history = model.fit(_images((4, 8, 8, 3)), np.zeros((4, 1), "float32"), batch_size=4, verbose=0)
+    history = model.fit(random_images((4, 8, 8, 3)), np.zeros((4, 1), "float32"), batch_size=4, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
 
 
 @pytest.mark.parametrize("ksize, sigma", [(1, 0.0), (3, 0.0), (5, 1.1), (15, 2.5)])
-def test_reflect_padding_by_slices_still_equals_opencv_at_the_smallest_sizes(ksize, sigma):
-    images = _images((2, ksize // 2 + 1, ksize // 2 + 2, 2))  # the smallest images reflect padding takes
-    np.testing.assert_allclose(native_blur(images, ksize, sigma), _opencv(images, ksize, sigma), atol=1e-6)
+def test_reflect_padding_by_slices_still_equals_opencv_at_the_smallest_sizes(
+    ksize, sigma, random_images, opencv_blur
+):
+    images = random_images((2, ksize // 2 + 1, ksize // 2 + 2, 2))  # the smallest images reflect padding takes
+    np.testing.assert_allclose(native_blur(images, ksize, sigma), opencv_blur(images, ksize, sigma), atol=1e-6)
 
 
 def test_ksize_has_a_maximum_checked_before_the_kernel_is_made():

@@ -1,8 +1,5 @@
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 import math
+import os
 import sys
 
 import keras
@@ -493,6 +490,7 @@ for bad in [dict(loss=mean_loss), dict(loss=t.crossentropy(), model=single)]:
 """
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_replicas_agree_and_match_one_device():
     from companion.notebook import run_python
 
