@@ -40,6 +40,7 @@ def test_every_experiment_documents_each_of_its_arguments_once(experiment):
     assert "{{" not in experiment.__doc__
 
 
+@pytest.mark.slow  # runs every benchmark at its quick sizes (about 30 s)
 def test_main_prints_progress_a_table_and_writes_one_entry_per_measure(tmp_path, capsys):
     import json
 
