@@ -349,9 +349,9 @@ def _on(device: str, array: np.ndarray) -> Any:
         return tf.identity(array)
 
 
-#: The arguments the experiments share, documented once: ``{{shared_args}}`` in a docstring of a
-#: function decorated ``@_shared_args(names)`` becomes these lines (as Keras's optimizers do with
-#: ``{{base_optimizer_keyword_args}}``).
+#: The arguments the experiments share, documented once. The ``{{shared_args}}`` line in the
+#: docstring of a function decorated ``@_shared_args(names)`` becomes these lines (as Keras's
+#: optimizers do with ``{{base_optimizer_keyword_args}}``).
 SHARED_ARGS = {
     "methods": "Name -> blur ``fn(images)`` (NHWC float32); ``None``: ``default_blur_methods()``.",
     "image_sizes": "Image heights = widths (a list of ints from 8 to ``MAX_IMAGE_SIZE``); ``None``: "
