@@ -356,7 +356,8 @@ def _register_gradients(module: Any) -> None:
     """The gradient of each op is the other op: the blur and its adjoint transpose each other."""
     adjoint = {"GaussianBlur": module.gaussian_blur_grad, "GaussianBlurGrad": module.gaussian_blur}
     for name, transpose in adjoint.items():
-        def gradient(op: tf.Operation, upstream: tf.Tensor, transpose: Any = transpose) -> list[Any]:
+        def gradient(op: tf.Operation, upstream: tf.Tensor,
+                     transpose: Any = transpose) -> list[Any]:
             return [transpose(upstream, op.inputs[1]), None]  # no gradient for the kernel weights
 
         try:

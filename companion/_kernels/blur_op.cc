@@ -277,8 +277,9 @@ class BlurOp : public OpKernel {
                 absl::InvalidArgumentError("images: expected rank 4 (N, H, W, C), got shape " +
                                            images.shape().DebugString()));
     OP_REQUIRES(context, kernel.dims() == 1 && kernel.dim_size(0) % 2 == 1,
-                absl::InvalidArgumentError("kernel: expected rank 1 with an odd length, got shape " +
-                                           kernel.shape().DebugString()));
+                absl::InvalidArgumentError(
+                    "kernel: expected rank 1 with an odd length, got shape " +
+                    kernel.shape().DebugString()));
     const int64_t batch = images.dim_size(0), height = images.dim_size(1);
     const int64_t width = images.dim_size(2), channels = images.dim_size(3);
     const int64_t ksize = kernel.dim_size(0), half = ksize / 2;
