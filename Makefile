@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NOTEBOOKS := $(wildcard book/*.ipynb)
 PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env --nbval-sanitize-with book/_nbval_sanitize.cfg
-# tests/test_pages.py reads the built HTML: it runs after `book`, in `make test` only.
-UNIT_TESTS := tests --ignore=tests/test_pages.py
+# tests/test_pages.py and tests/test_browser.py read the built HTML: they run after `book`, in
+# `make test` only.
+UNIT_TESTS := tests --ignore=tests/test_pages.py --ignore=tests/test_browser.py
 
 COLAB_STACK := requirements-colab.txt
 COLAB_VENV := .venv-colab
@@ -31,12 +32,13 @@ quiet_tf = { $(1) 2>&1 1>&3 | sed -E '$(TF_EARLY_LOG)' >&2; } 3>&1
 CHAPTER_MODULE = $(shell sed -n 's/.*]($(notdir $(NB))).*`companion\.\([a-z_]*\)` |$$/\1/p' book/intro.md)
 CHAPTER_TESTS = $(if $(CHAPTER_MODULE),tests/test_$(CHAPTER_MODULE).py companion/$(CHAPTER_MODULE).py)
 
-.PHONY: help venv book test unit notebooks check test-colab bench kernels check-template stamp execute clean
+.PHONY: help venv book lint chromium test unit notebooks check test-colab bench kernels check-template stamp execute clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
 	@echo "make test        unit tests + docstring examples + every notebook under nbval + strict book build"
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
+	@echo "make lint        ruff: code style and line length (88 in notebooks, 100 elsewhere)"
 	@echo "make unit        unit tests and docstring examples only"
 	@echo "make notebooks   every notebook under nbval only"
 	@echo "make check NB=book/07_custom_training_loops.ipynb"
@@ -59,10 +61,21 @@ venv: $(INSTALLED)
 book: $(INSTALLED)
 	$(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/jupyter-book build . -W -n --keep-going)
 
-# The book is built first: tests/test_pages.py checks the built pages (Colab links, outputs).
-# One pytest run: unit tests (the slow ones too), the docstring examples of the companion, every
-# notebook, the pages.
-test: $(INSTALLED) check-template kernels book
+# pyproject.toml configures ruff for the package and tests; book/ruff.toml narrows the notebooks.
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# tests/test_browser.py opens every built page in headless Chromium (Debian's package).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+
+# The book is built first: tests/test_pages.py checks the built pages (Colab links, outputs) and
+# tests/test_browser.py how they look in a browser. One pytest run: unit tests (the slow ones
+# too), the docstring examples of the companion, every notebook, the pages.
+test: $(INSTALLED) lint check-template kernels book chromium
 	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) tests companion book
 
 unit: $(INSTALLED) kernels

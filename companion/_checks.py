@@ -77,7 +77,12 @@ def dtype_max(dtype: Any) -> float:
 
 
 def check_int(
-    value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None, allow_none: bool = False
+    value: Any,
+    name: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    allow_none: bool = False,
 ) -> int | None:
     """Return ``value`` as a Python int if it is an integer within ``[minimum, maximum]``.
 
@@ -87,7 +92,11 @@ def check_int(
         TypeError: If ``value`` is not a Python/NumPy integer (``bool`` and floats included).
         ValueError: If it is outside the range.
     """
-    what = " ".join(filter(None, ["an int", _range_text(minimum, maximum, None), "or None" if allow_none else ""]))
+    what = " ".join(
+        filter(
+            None, ["an int", _range_text(minimum, maximum, None), "or None" if allow_none else ""]
+        )
+    )
     if value is None and allow_none:
         return None
     if not is_int(value):
@@ -128,8 +137,12 @@ def check_real(
         maximum = largest if maximum is None else min(maximum, largest)
         if above is None:
             minimum = -largest if minimum is None else max(minimum, -largest)
-    what = " ".join(filter(None, ["a finite number" if finite else "a number",
-                                  _range_text(minimum, maximum, above)]))
+    what = " ".join(
+        filter(
+            None,
+            ["a finite number" if finite else "a number", _range_text(minimum, maximum, above)],
+        )
+    )
     if not is_real(value):
         raise TypeError(f"{name}: expected {what}, got {describe(value)}")
     number = float(value)
@@ -145,13 +158,22 @@ def check_real(
     return number
 
 
-def check_fraction(value: Any, name: str, *, above_zero: bool = False, below_one: bool = False) -> float:
+def check_fraction(
+    value: Any, name: str, *, above_zero: bool = False, below_one: bool = False
+) -> float:
     """Return ``value`` as a float in ``[0, 1]`` (each end excluded on request)."""
-    number = check_real(value, name, minimum=None if above_zero else 0.0, maximum=None if below_one else 1.0,
-                        above=0.0 if above_zero else None)
+    number = check_real(
+        value,
+        name,
+        minimum=None if above_zero else 0.0,
+        maximum=None if below_one else 1.0,
+        above=0.0 if above_zero else None,
+    )
     if below_one and number >= 1.0:
-        raise ValueError(f"{name}: expected a finite number {'> 0' if above_zero else '>= 0'} and < 1,"
-                         f" got {describe(value)}")
+        raise ValueError(
+            f"{name}: expected a finite number {'> 0' if above_zero else '>= 0'} and < 1,"
+            f" got {describe(value)}"
+        )
     return number
 
 
@@ -250,7 +272,9 @@ def float_tensor(value: Any, name: str) -> Any:
     try:
         tensor = tf.convert_to_tensor(value)
     except (TypeError, ValueError) as error:
-        raise TypeError(f"{name}: expected a floating-point tensor, got {describe(value)}") from error
+        raise TypeError(
+            f"{name}: expected a floating-point tensor, got {describe(value)}"
+        ) from error
     if not tensor.dtype.is_floating:
         raise TypeError(
             f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64),"

@@ -29,16 +29,32 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import (check_bool, check_choice, check_instance, check_int, check_path,
-                               check_seed, check_sequence, describe)
+from companion._checks import (
+    check_bool,
+    check_choice,
+    check_instance,
+    check_int,
+    check_path,
+    check_seed,
+    check_sequence,
+    describe,
+)
 from companion.data import make_shapes
 from companion.kernels import cpp_blur
 from companion.models import functional_multimodal
 from companion.notebook import format_table
 from companion.optimizers import DEFAULT_EXCLUDE, AdamW
 from companion.pyfunc import cv2_blur, native_blur, py_function_blur
-from companion.timing import (MAX_REPEATS, Timing, check_calls, check_repeats, compare,
-                              default_device, resolve_device, time_call)
+from companion.timing import (
+    MAX_REPEATS,
+    Timing,
+    check_calls,
+    check_repeats,
+    compare,
+    default_device,
+    resolve_device,
+    time_call,
+)
 from companion.timing import fetch as fetch  # re-exported: the chapters import it from here
 from companion.training import fit
 
@@ -46,10 +62,22 @@ from companion.training import fit
 #: and ``make bench`` stay quick on 2 cores; larger on a GPU, where small problems measure
 #: only the launch overhead.
 SIZES = {
-    "CPU": {"image_sizes": (32, 64, 128, 256), "batch_size": 16, "image_size": 64, "examples": 256,
-            "batch_sizes": (8, 32, 128), "per_image_size": 16},
-    "GPU": {"image_sizes": (64, 128, 256, 512), "batch_size": 64, "image_size": 128, "examples": 2048,
-            "batch_sizes": (32, 128, 512), "per_image_size": 32},
+    "CPU": {
+        "image_sizes": (32, 64, 128, 256),
+        "batch_size": 16,
+        "image_size": 64,
+        "examples": 256,
+        "batch_sizes": (8, 32, 128),
+        "per_image_size": 16,
+    },
+    "GPU": {
+        "image_sizes": (64, 128, 256, 512),
+        "batch_size": 64,
+        "image_size": 128,
+        "examples": 2048,
+        "batch_sizes": (32, 128, 512),
+        "per_image_size": 32,
+    },
 }
 #: Limits that refuse a size that would run for days or exhaust memory, before any work (counts:
 #: ``companion.timing.MAX_REPEATS``).
@@ -59,8 +87,14 @@ MAX_EPOCHS = 100  # epochs per timed call of ``training_loop_vs_fit``
 MAX_EXAMPLES = 65536  # training examples of ``training_loop_vs_fit``
 MAX_STEPS = 10_000  # steps per timed repeat of ``adamw_step_time``
 #: ``python -m companion.bench --quick``: tiny sizes that check the whole run in seconds.
-QUICK_SIZES = {"image_sizes": (16, 32), "batch_size": 2, "image_size": 16, "examples": 8, "batch_sizes": (4,),
-               "per_image_size": 8}
+QUICK_SIZES = {
+    "image_sizes": (16, 32),
+    "batch_size": 2,
+    "image_size": 16,
+    "examples": 8,
+    "batch_sizes": (4,),
+    "per_image_size": 8,
+}
 
 
 #: The models ``training_loop_vs_fit`` trains: ``(examples, batch size)`` by default for each.
@@ -77,22 +111,39 @@ def _loop_problem(model: str, examples: int, seed: int) -> tuple[Any, Any, Any]:
     """
     if model == "chapter 7":
         (images, meta), labels = make_shapes(examples, image_size=32, meta_dim=10, seed=seed)
-        return (tf.data.Dataset.from_tensor_slices(((images, meta), labels)), functional_multimodal,
-                keras.losses.SparseCategoricalCrossentropy())
+        return (
+            tf.data.Dataset.from_tensor_slices(((images, meta), labels)),
+            functional_multimodal,
+            keras.losses.SparseCategoricalCrossentropy(),
+        )
     inputs = np.random.default_rng(seed).normal(size=(examples, 64)).astype("float32")
     layers = keras.layers
 
     def mlp() -> Any:
-        return keras.Sequential([keras.Input((64,)), layers.Dense(256, activation="relu"),
-                                 layers.Dense(256, activation="relu"), layers.Dense(2)])
+        return keras.Sequential(
+            [
+                keras.Input((64,)),
+                layers.Dense(256, activation="relu"),
+                layers.Dense(256, activation="relu"),
+                layers.Dense(2),
+            ]
+        )
 
-    return (tf.data.Dataset.from_tensor_slices((inputs, (inputs[:, 0] > 0).astype("int32"))), mlp,
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return (
+        tf.data.Dataset.from_tensor_slices((inputs, (inputs[:, 0] > 0).astype("int32"))),
+        mlp,
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
 
 
 def training_loop_vs_fit(
-    *, model: str = "chapter 7", examples: int | None = None, batch_size: int | None = None, epochs: int = 5,
-    repeats: int = 5, seed: int = 0,
+    *,
+    model: str = "chapter 7",
+    examples: int | None = None,
+    batch_size: int | None = None,
+    epochs: int = 5,
+    repeats: int = 5,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Training throughput of ``companion.training.fit`` next to ``model.fit`` (examples per second).
 
@@ -126,8 +177,12 @@ def training_loop_vs_fit(
         ValueError: If ``model`` is not one of ``LOOP_MODELS`` or a number is out of range.
     """
     default_examples, default_batch = LOOP_MODELS[check_choice(model, "model", tuple(LOOP_MODELS))]
-    batch_size = check_int(_setting(batch_size, default_batch), "batch_size", minimum=1, maximum=MAX_EXAMPLES)
-    examples = check_int(_setting(examples, default_examples), "examples", minimum=batch_size, maximum=MAX_EXAMPLES)
+    batch_size = check_int(
+        _setting(batch_size, default_batch), "batch_size", minimum=1, maximum=MAX_EXAMPLES
+    )
+    examples = check_int(
+        _setting(examples, default_examples), "examples", minimum=batch_size, maximum=MAX_EXAMPLES
+    )
     epochs = check_int(epochs, "epochs", minimum=1, maximum=MAX_EPOCHS)
     repeats = check_repeats(repeats)
     seed = check_seed(seed)
@@ -139,29 +194,58 @@ def training_loop_vs_fit(
     theirs.set_weights(ours.get_weights())
     our_optimizer = keras.optimizers.Adam(1e-3)
     our_metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-    theirs.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss, jit_compile=False,
-                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    theirs.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=loss,
+        jit_compile=False,
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
     runs = {
-        "custom loop": lambda: fit(ours, data, optimizer=our_optimizer, loss=loss, epochs=epochs,
-                                   metrics=our_metrics, progress=False),
+        "custom loop": lambda: fit(
+            ours,
+            data,
+            optimizer=our_optimizer,
+            loss=loss,
+            epochs=epochs,
+            metrics=our_metrics,
+            progress=False,
+        ),
         "model.fit": lambda: theirs.fit(data, epochs=epochs, verbose=0, shuffle=False),
     }
     for run in runs.values():
         run()  # traces the step: a one-off cost
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for repeat in range(repeats):
-        for name, run in list(runs.items())[:: 1 if repeat % 2 == 0 else -1]:  # ABBA: neither always first
+        for name, run in list(runs.items())[
+            :: 1 if repeat % 2 == 0 else -1
+        ]:  # ABBA: neither always first
             start = time.perf_counter()
             run()
             rates[name].append(epochs * examples / (time.perf_counter() - start))
-            print(f"  repeat {repeat + 1}/{repeats}, {name} ({model}): {rates[name][-1]:,.0f} examples/s", flush=True)
+            print(
+                f"  repeat {repeat + 1}/{repeats}, {name} ({model}): {rates[name][-1]:,.0f} examples/s",
+                flush=True,
+            )
     custom, keras_fit = (statistics.median(rates[name]) for name in runs)
-    return _entry(f"custom training loop / model.fit ({model} model)", custom, keras_fit, "examples/s",
-                  {"model": model, "examples": examples, "batch_size": batch_size, "epochs": epochs,
-                   "repeats": repeats, "jit_compile": False})
+    return _entry(
+        f"custom training loop / model.fit ({model} model)",
+        custom,
+        keras_fit,
+        "examples/s",
+        {
+            "model": model,
+            "examples": examples,
+            "batch_size": batch_size,
+            "epochs": epochs,
+            "repeats": repeats,
+            "jit_compile": False,
+        },
+    )
 
 
-def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, seed: int = 0) -> dict[str, Any]:
+def adamw_step_time(
+    *, batch_size: int = 64, steps: int = 50, repeats: int = 5, seed: int = 0
+) -> dict[str, Any]:
     """Training-step time with ``companion.optimizers.AdamW`` next to ``keras.optimizers.AdamW``.
 
     Both train the chapter-7 model (``companion.models.functional_multimodal``, 32x32 images)
@@ -214,17 +298,27 @@ def adamw_step_time(*, batch_size: int = 64, steps: int = 50, repeats: int = 5, 
 
         return step
 
-    runs = {"companion AdamW": make_step(ours, AdamW(1e-3, weight_decay=0.004)),
-            "keras AdamW": make_step(theirs, reference)}
+    runs = {
+        "companion AdamW": make_step(ours, AdamW(1e-3, weight_decay=0.004)),
+        "keras AdamW": make_step(theirs, reference),
+    }
     times: dict[str, list[float]] = {name: [] for name in runs}
     for repeat in range(repeats):
         for name, step in runs.items():
             timing = time_call(step, repeats=1, number=steps, warmup=1 if repeat == 0 else 0)
             times[name].append(timing.median)
-            print(f"  repeat {repeat + 1}/{repeats}, {name}: {timing.median_ms:.2f} ms/step", flush=True)
+            print(
+                f"  repeat {repeat + 1}/{repeats}, {name}: {timing.median_ms:.2f} ms/step",
+                flush=True,
+            )
     custom, keras_median = (statistics.median(times[name]) * 1e3 for name in runs)
-    return _entry("companion AdamW / keras AdamW step time (ch. 8)", custom, keras_median, "ms/step",
-                  {"batch_size": batch_size, "steps": steps, "repeats": repeats})
+    return _entry(
+        "companion AdamW / keras AdamW step time (ch. 8)",
+        custom,
+        keras_median,
+        "ms/step",
+        {"batch_size": batch_size, "steps": steps, "repeats": repeats},
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,7 +348,9 @@ def default_sizes(device: str | None = None) -> dict[str, Any]:
     return dict(SIZES["GPU" if kind == "GPU" else "CPU"])
 
 
-def _row(name: str, device: str, sizes: dict[str, Any], timings: Mapping[str, Timing], reference: str) -> dict[str, Any]:
+def _row(
+    name: str, device: str, sizes: dict[str, Any], timings: Mapping[str, Timing], reference: str
+) -> dict[str, Any]:
     """One experiment row: medians and spreads per method, and each median / the reference's."""
     medians = {method: timing.median for method, timing in timings.items()}
     return {
@@ -275,13 +371,24 @@ def _describe_sizes(sizes: Mapping[str, Any]) -> str:
 
 
 def _measure(
-    name: str, device: str, sizes: dict[str, Any], calls: Mapping[str, Callable[[], Any]], reference: str,
-    *, repeats: int, progress: bool, scope: str | None = None,
+    name: str,
+    device: str,
+    sizes: dict[str, Any],
+    calls: Mapping[str, Callable[[], Any]],
+    reference: str,
+    *,
+    repeats: int,
+    progress: bool,
+    scope: str | None = None,
 ) -> dict[str, Any]:
     """Compare ``calls`` (under ``scope``, default ``device``) and build the row; print it if ``progress``."""
-    row = _row(name, device, sizes, compare(calls, repeats=repeats, device=scope or device), reference)
+    row = _row(
+        name, device, sizes, compare(calls, repeats=repeats, device=scope or device), reference
+    )
     if progress:
-        times = ", ".join(f"{method} {median * 1e3:.3g} ms" for method, median in row["medians"].items())
+        times = ", ".join(
+            f"{method} {median * 1e3:.3g} ms" for method, median in row["medians"].items()
+        )
         print(f"  {name}, {_describe_sizes(sizes)}: {times}", flush=True)
     return row
 
@@ -295,7 +402,9 @@ def default_blur_methods() -> dict[str, Callable[..., Any]]:
     return {"py_function": py_function_blur, "native": native_blur}
 
 
-def _check_methods(methods: Mapping[str, Callable[..., Any]] | None, reference: str) -> dict[str, Callable[..., Any]]:
+def _check_methods(
+    methods: Mapping[str, Callable[..., Any]] | None, reference: str
+) -> dict[str, Callable[..., Any]]:
     methods = default_blur_methods() if methods is None else check_calls(methods, "methods")
     check_choice(reference, "reference", tuple(methods))
     return methods
@@ -310,14 +419,21 @@ def _check_run(device: str | None, repeats: int, seed: int, progress: bool) -> s
 
 
 def _blur_settings(
-    methods: Mapping[str, Callable[..., Any]] | None, reference: str, device: str,
-    image_sizes: Sequence[int] | None, batch_size: int | None,
+    methods: Mapping[str, Callable[..., Any]] | None,
+    reference: str,
+    device: str,
+    image_sizes: Sequence[int] | None,
+    batch_size: int | None,
 ) -> tuple[dict[str, Callable[..., Any]], tuple[int, ...], int]:
     """The blur experiments' methods and sizes checked, with ``device``'s default sizes for ``None``."""
     sizes = default_sizes(device)
     methods = _check_methods(methods, reference)
     image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
-    return methods, image_sizes, _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", max(image_sizes))
+    return (
+        methods,
+        image_sizes,
+        _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", max(image_sizes)),
+    )
 
 
 def _check_image_size(size: Any, name: str) -> int:
@@ -331,7 +447,9 @@ def _check_sizes(sizes: Any, name: str) -> tuple[int, ...]:
 
 def _check_batch(count: Any, name: str, image_size: int, minimum: int = 1) -> int:
     """``count`` images of ``image_size`` (float32 RGB): at least ``minimum``, at most ``MAX_BATCH_BYTES``."""
-    return check_int(count, name, minimum=minimum, maximum=max(minimum, MAX_BATCH_BYTES // (image_size**2 * 12)))
+    return check_int(
+        count, name, minimum=minimum, maximum=max(minimum, MAX_BATCH_BYTES // (image_size**2 * 12))
+    )
 
 
 def _setting(value: Any, default: Any) -> Any:
@@ -355,9 +473,9 @@ def _on(device: str, array: np.ndarray) -> Any:
 SHARED_ARGS = {
     "methods": "Name -> blur ``fn(images)`` (NHWC float32); ``None``: ``default_blur_methods()``.",
     "image_sizes": "Image heights = widths (a list of ints from 8 to ``MAX_IMAGE_SIZE``); ``None``: "
-                   "``default_sizes(device)``.",
+    "``default_sizes(device)``.",
     "batch_size": "Images per batch (>= 1, at most ``MAX_BATCH_BYTES`` of the largest images); "
-                  "``None``: the device's default.",
+    "``None``: the device's default.",
     "reference": "The method every ratio divides by.",
     "device": "Device string; ``None``: ``default_device()``.",
     "repeats": "Alternating rounds (1 to ``MAX_REPEATS``).",
@@ -369,8 +487,12 @@ RUN_ARGS = ("device", "repeats", "seed", "progress")
 
 def _shared_args(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Replace the ``{{shared_args}}`` line of the docstring by the ``SHARED_ARGS`` of ``names``."""
-    lines = "\n".join(textwrap.fill(f"{name}: {SHARED_ARGS[name]}", 100, initial_indent=" " * 8,
-                                     subsequent_indent=" " * 12) for name in names)
+    lines = "\n".join(
+        textwrap.fill(
+            f"{name}: {SHARED_ARGS[name]}", 100, initial_indent=" " * 8, subsequent_indent=" " * 12
+        )
+        for name in names
+    )
 
     def fill(fn: Callable[..., Any]) -> Callable[..., Any]:
         if fn.__doc__:  # None under python -OO
@@ -413,14 +535,25 @@ def blur_op(
         (1.0, ['native', 'py_function'])
     """
     device = _check_run(device, repeats, seed, progress)
-    methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
+    methods, image_sizes, batch_size = _blur_settings(
+        methods, reference, device, image_sizes, batch_size
+    )
     graphs = {name: tf.function(method) for name, method in methods.items()}
     rows = []
     for size in image_sizes:
         images = _on(device, _random_images(batch_size, size, seed))
         calls = {name: functools.partial(graph, images) for name, graph in graphs.items()}
-        rows.append(_measure("blur op", device, {"batch_size": batch_size, "image_size": size}, calls, reference,
-                             repeats=repeats, progress=progress))
+        rows.append(
+            _measure(
+                "blur op",
+                device,
+                {"batch_size": batch_size, "image_size": size},
+                calls,
+                reference,
+                repeats=repeats,
+                progress=progress,
+            )
+        )
     return rows
 
 
@@ -428,10 +561,20 @@ def _small_model(kind: str, image_size: int, seed: int) -> Any:
     """A small Keras classifier of ``image_size`` RGB images into 10 classes: ``"mlp"`` or ``"cnn"``."""
     keras.utils.set_random_seed(seed)
     layers = keras.layers
-    body = ([layers.Flatten(), layers.Dense(128, activation="relu"), layers.Dense(128, activation="relu")]
-            if kind == "mlp" else
-            [layers.Conv2D(16, 3, padding="same", activation="relu"), layers.MaxPooling2D(),
-             layers.Conv2D(32, 3, padding="same", activation="relu"), layers.GlobalAveragePooling2D()])
+    body = (
+        [
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(128, activation="relu"),
+        ]
+        if kind == "mlp"
+        else [
+            layers.Conv2D(16, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.GlobalAveragePooling2D(),
+        ]
+    )
     return keras.Sequential([keras.Input((image_size, image_size, 3)), *body, layers.Dense(10)])
 
 
@@ -469,16 +612,31 @@ def blur_in_model(
         ('blur in model', {'batch_size': 1, 'image_size': 8})
     """
     device = _check_run(device, repeats, seed, progress)
-    methods, image_sizes, batch_size = _blur_settings(methods, reference, device, image_sizes, batch_size)
+    methods, image_sizes, batch_size = _blur_settings(
+        methods, reference, device, image_sizes, batch_size
+    )
     rows = []
     for size in image_sizes:
         with tf.device(device):
             head = _small_model("cnn", size, seed)
         images = _on(device, _random_images(batch_size, size, seed))
-        calls = {name: functools.partial(tf.function(lambda x, blur=blur: head(blur(x), training=False)), images)
-                 for name, blur in methods.items()}
-        rows.append(_measure("blur in model", device, {"batch_size": batch_size, "image_size": size}, calls,
-                             reference, repeats=repeats, progress=progress))
+        calls = {
+            name: functools.partial(
+                tf.function(lambda x, blur=blur: head(blur(x), training=False)), images
+            )
+            for name, blur in methods.items()
+        }
+        rows.append(
+            _measure(
+                "blur in model",
+                device,
+                {"batch_size": batch_size, "image_size": size},
+                calls,
+                reference,
+                repeats=repeats,
+                progress=progress,
+            )
+        )
     return rows
 
 
@@ -491,7 +649,9 @@ def _train_step(model: Any, mode: str) -> Callable[[Any, Any], Any]:
     def step(x: Any, y: Any) -> Any:
         with tf.GradientTape() as tape:
             value = loss(y, model(x, training=True))
-        optimizer.apply_gradients(zip(tape.gradient(value, model.trainable_variables), model.trainable_variables))
+        optimizer.apply_gradients(
+            zip(tape.gradient(value, model.trainable_variables), model.trainable_variables)
+        )
         return value
 
     return step if mode == "eager" else tf.function(step, jit_compile=mode == "XLA")
@@ -541,7 +701,9 @@ def blur_pipeline(
     methods = _check_methods(methods, reference)
     image_size = _check_image_size(_setting(image_size, sizes["image_size"]), "image_size")
     batch_size = _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", image_size)
-    examples = _check_batch(_setting(examples, sizes["examples"]), "examples", image_size, minimum=batch_size)
+    examples = _check_batch(
+        _setting(examples, sizes["examples"]), "examples", image_size, minimum=batch_size
+    )
     images = _random_images(examples, image_size, seed)
     labels = np.random.default_rng(seed).integers(0, 10, examples)
     with tf.device(device):
@@ -564,10 +726,19 @@ def blur_pipeline(
 
     settings = {"batch_size": batch_size, "image_size": image_size, "examples": examples}
     pipelines = {name: pipeline(blur) for name, blur in methods.items()}
-    return [_measure(name, device, settings, {method: functools.partial(consume, data)
-                                              for method, data in pipelines.items()},
-                     reference, repeats=repeats, progress=progress, scope="/CPU:0")
-            for name, consume in [("tf.data pipeline", read), ("pipeline + training step", train)]]
+    return [
+        _measure(
+            name,
+            device,
+            settings,
+            {method: functools.partial(consume, data) for method, data in pipelines.items()},
+            reference,
+            repeats=repeats,
+            progress=progress,
+            scope="/CPU:0",
+        )
+        for name, consume in [("tf.data pipeline", read), ("pipeline + training step", train)]
+    ]
 
 
 #: The modes ``training_step_modes`` compares; ``"tf.function"`` is the reference.
@@ -611,8 +782,12 @@ def training_step_modes(
     """
     device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
-    models = check_sequence(models, "models", "a non-empty list or tuple of 'mlp' and 'cnn'",
-                            item=lambda kind, name: check_choice(kind, name, ("mlp", "cnn")))
+    models = check_sequence(
+        models,
+        "models",
+        "a non-empty list or tuple of 'mlp' and 'cnn'",
+        item=lambda kind, name: check_choice(kind, name, ("mlp", "cnn")),
+    )
     image_size = _check_image_size(_setting(image_size, sizes["image_size"]), "image_size")
     batch_size = _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", image_size)
     x = _on(device, _random_images(batch_size, image_size, seed))
@@ -620,10 +795,21 @@ def training_step_modes(
     rows = []
     for kind in models:
         with tf.device(device):
-            steps = {mode: _train_step(_small_model(kind, image_size, seed), mode) for mode in STEP_MODES}
+            steps = {
+                mode: _train_step(_small_model(kind, image_size, seed), mode) for mode in STEP_MODES
+            }
         calls = {mode: functools.partial(step, x, y) for mode, step in steps.items()}
-        rows.append(_measure(f"{kind} training step", device, {"batch_size": batch_size, "image_size": image_size},
-                             calls, "tf.function", repeats=repeats, progress=progress))
+        rows.append(
+            _measure(
+                f"{kind} training step",
+                device,
+                {"batch_size": batch_size, "image_size": image_size},
+                calls,
+                "tf.function",
+                repeats=repeats,
+                progress=progress,
+            )
+        )
     return rows
 
 
@@ -649,8 +835,11 @@ def _standardize_batched(images: Any) -> Any:
 
 
 #: The three ways ``per_example_vs_batched`` compares to standardise a batch of images.
-PER_EXAMPLE_METHODS = {"Python loop": _standardize_loop, "vectorized_map": _standardize_vectorized,
-                       "batched op": _standardize_batched}
+PER_EXAMPLE_METHODS = {
+    "Python loop": _standardize_loop,
+    "vectorized_map": _standardize_vectorized,
+    "batched op": _standardize_batched,
+}
 
 
 @_shared_args(*RUN_ARGS)
@@ -690,16 +879,28 @@ def per_example_vs_batched(
     device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
     image_size = _check_image_size(_setting(image_size, sizes["per_image_size"]), "image_size")
-    batch_sizes = check_sequence(_setting(batch_sizes, sizes["batch_sizes"]), "batch_sizes",
-                                 "a non-empty list or tuple of ints >= 1",
-                                 item=lambda size, name: _check_batch(size, name, image_size))
+    batch_sizes = check_sequence(
+        _setting(batch_sizes, sizes["batch_sizes"]),
+        "batch_sizes",
+        "a non-empty list or tuple of ints >= 1",
+        item=lambda size, name: _check_batch(size, name, image_size),
+    )
     graphs = {name: tf.function(method) for name, method in PER_EXAMPLE_METHODS.items()}
     rows = []
     for batch_size in batch_sizes:
         images = _on(device, _random_images(batch_size, image_size, seed))
         calls = {name: functools.partial(graph, images) for name, graph in graphs.items()}
-        rows.append(_measure("standardize per image", device, {"batch_size": batch_size, "image_size": image_size},
-                             calls, "batched op", repeats=repeats, progress=progress))
+        rows.append(
+            _measure(
+                "standardize per image",
+                device,
+                {"batch_size": batch_size, "image_size": image_size},
+                calls,
+                "batched op",
+                repeats=repeats,
+                progress=progress,
+            )
+        )
     return rows
 
 
@@ -736,14 +937,28 @@ def compiled_blur_vs_opencv(
     """
     sizes = default_sizes(_check_run("/CPU:0", repeats, seed, progress))
     image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
-    batch_size = _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", max(image_sizes))
+    batch_size = _check_batch(
+        _setting(batch_size, sizes["batch_size"]), "batch_size", max(image_sizes)
+    )
     rows = []
     for size in image_sizes:
         images = _random_images(batch_size, size, seed)
         tensor = _on("/CPU:0", images)
-        calls = {"C++ op": functools.partial(cpp_blur, tensor), "OpenCV": functools.partial(cv2_blur, images)}
-        rows.append(_measure("compiled blur", "/CPU:0", {"batch_size": batch_size, "image_size": size}, calls,
-                             "OpenCV", repeats=repeats, progress=progress))
+        calls = {
+            "C++ op": functools.partial(cpp_blur, tensor),
+            "OpenCV": functools.partial(cv2_blur, images),
+        }
+        rows.append(
+            _measure(
+                "compiled blur",
+                "/CPU:0",
+                {"batch_size": batch_size, "image_size": size},
+                calls,
+                "OpenCV",
+                repeats=repeats,
+                progress=progress,
+            )
+        )
     return rows
 
 
@@ -752,13 +967,17 @@ ROW_KEYS = ("name", "device", "sizes", "medians", "spreads", "reference", "ratio
 
 
 def _check_rows(rows: Any) -> tuple[Mapping[str, Any], ...]:
-    return check_sequence(rows, "rows", "a list or tuple of experiment rows", min_length=0, item=_check_row)
+    return check_sequence(
+        rows, "rows", "a list or tuple of experiment rows", min_length=0, item=_check_row
+    )
 
 
 def _check_row(row: Any, name: str) -> Mapping[str, Any]:
     what = f"an experiment row (a dict with {', '.join(ROW_KEYS)})"
     check_instance(row, name, Mapping, what)
-    if not set(ROW_KEYS) <= set(row) or not all(isinstance(row[key], Mapping) for key in ("sizes", "medians", "spreads", "ratio")):
+    if not set(ROW_KEYS) <= set(row) or not all(
+        isinstance(row[key], Mapping) for key in ("sizes", "medians", "spreads", "ratio")
+    ):
         raise ValueError(f"{name}: expected {what}, got {describe(row)}")
     return row
 
@@ -770,9 +989,18 @@ def rows_table(rows: Sequence[Mapping[str, Any]]) -> str:
         TypeError, ValueError: If ``rows`` is not a list or tuple of experiment rows (none is fine).
     """
     rows = _check_rows(rows)
-    lines = [(row["name"], _describe_sizes(row["sizes"]), method, f"{median * 1e3:.3g}",
-              f"{row['spreads'][method]:.0%}", f"{row['ratio'][method]:.2f}")
-             for row in rows for method, median in row["medians"].items()]
+    lines = [
+        (
+            row["name"],
+            _describe_sizes(row["sizes"]),
+            method,
+            f"{median * 1e3:.3g}",
+            f"{row['spreads'][method]:.0%}",
+            f"{row['ratio'][method]:.2f}",
+        )
+        for row in rows
+        for method, median in row["medians"].items()
+    ]
     return format_table(lines, ["experiment", "sizes", "method", "median ms", "spread", "ratio"])
 
 
@@ -782,13 +1010,28 @@ def rows_to_entries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     Raises:
         TypeError, ValueError: If ``rows`` is not a list or tuple of experiment rows (none is fine).
     """
-    return [_entry(f"{method} / {row['reference']}: {row['name']} ({_describe_sizes(row['sizes'])})",
-                   median * 1e3, row["medians"][row["reference"]] * 1e3, "ms", row["sizes"], device=row["device"])
-            for row in _check_rows(rows) for method, median in row["medians"].items() if method != row["reference"]]
+    return [
+        _entry(
+            f"{method} / {row['reference']}: {row['name']} ({_describe_sizes(row['sizes'])})",
+            median * 1e3,
+            row["medians"][row["reference"]] * 1e3,
+            "ms",
+            row["sizes"],
+            device=row["device"],
+        )
+        for row in _check_rows(rows)
+        for method, median in row["medians"].items()
+        if method != row["reference"]
+    ]
 
 
 def _entry(
-    name: str, custom: float, reference: float, unit: str, settings: dict[str, Any], device: str | None = None
+    name: str,
+    custom: float,
+    reference: float,
+    unit: str,
+    settings: dict[str, Any],
+    device: str | None = None,
 ) -> dict[str, Any]:
     """One measure as ``make bench`` reports it (and writes to ``_build/bench.json``).
 
@@ -802,7 +1045,11 @@ def _entry(
         "reference_median": reference,
         "unit": unit,
         "device": kind.upper(),
-        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__, "python": sys.version.split()[0]},
+        "versions": {
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "python": sys.version.split()[0],
+        },
         "settings": settings,
     }
 
@@ -839,27 +1086,59 @@ def main(
             exit status 2), before anything runs.
     """
     if argv is not None:
-        argv = list(check_sequence(argv, "argv", "a list or tuple of str (command-line arguments) or None",
-                                   min_length=0, item=lambda text, name: check_instance(text, name, str, "a str")))
+        argv = list(
+            check_sequence(
+                argv,
+                "argv",
+                "a list or tuple of str (command-line arguments) or None",
+                min_length=0,
+                item=lambda text, name: check_instance(text, name, str, "a str"),
+            )
+        )
     if blur_methods is not None:
         blur_methods = check_calls(blur_methods, "blur_methods")
         if "native" not in blur_methods:
-            raise ValueError(f"blur_methods: expected a mapping of names to blurs that includes 'native' (the "
-                             f"reference), got {describe(blur_methods)}")
-    parser = argparse.ArgumentParser(prog="python -m companion.bench", description=main.__doc__.splitlines()[0])
-    parser.add_argument("--output", default="_build/bench.json", type=_flag(lambda text: check_path(text, "--output")),
-                        help="JSON file to write (default: %(default)s)")
-    parser.add_argument("--repeats", type=_int_flag("--repeats", 1, MAX_REPEATS), default=5,
-                        help="runs of each side (default: %(default)s)")
-    parser.add_argument("--examples", type=_int_flag("--examples", max(batch for _, batch in LOOP_MODELS.values()),
-                                                     MAX_EXAMPLES), default=None,
-                        help="training examples of the loop benchmarks (default: 1024 for chapter 7's model, "
-                             "4096 for the MLP)")
-    parser.add_argument("--epochs", type=_int_flag("--epochs", 1, MAX_EPOCHS), default=5,
-                        help="epochs per timed fit call (default: %(default)s)")
-    parser.add_argument("--device", type=_flag(resolve_device), default=None,
-                        help="device string, e.g. /CPU:0 (default: GPU if any, else CPU)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the whole run")
+            raise ValueError(
+                f"blur_methods: expected a mapping of names to blurs that includes 'native' (the "
+                f"reference), got {describe(blur_methods)}"
+            )
+    parser = argparse.ArgumentParser(
+        prog="python -m companion.bench", description=main.__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--output",
+        default="_build/bench.json",
+        type=_flag(lambda text: check_path(text, "--output")),
+        help="JSON file to write (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=_int_flag("--repeats", 1, MAX_REPEATS),
+        default=5,
+        help="runs of each side (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--examples",
+        type=_int_flag("--examples", max(batch for _, batch in LOOP_MODELS.values()), MAX_EXAMPLES),
+        default=None,
+        help="training examples of the loop benchmarks (default: 1024 for chapter 7's model, "
+        "4096 for the MLP)",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=_int_flag("--epochs", 1, MAX_EPOCHS),
+        default=5,
+        help="epochs per timed fit call (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--device",
+        type=_flag(resolve_device),
+        default=None,
+        help="device string, e.g. /CPU:0 (default: GPU if any, else CPU)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes: a smoke test of the whole run"
+    )
     args = parser.parse_args(argv)
 
     device = resolve_device(args.device)
@@ -869,32 +1148,72 @@ def main(
     headline_sizes = list(dict.fromkeys([sizes["image_sizes"][1], sizes["image_sizes"][-1]]))
     one_size = {"image_size": sizes["image_size"], "batch_size": sizes["batch_size"]}
     experiments = [
-        ("blur as an op (py_function vs native)", lambda: blur_op(image_sizes=headline_sizes, **blurs)),
-        ("blur inside a model's forward pass", lambda: blur_in_model(image_sizes=headline_sizes, **blurs)),
-        ("blur in a tf.data pipeline", lambda: blur_pipeline(image_size=sizes["image_size"],
-                                                             examples=sizes["examples"], **blurs)),
-        ("training step: eager vs tf.function vs XLA", lambda: training_step_modes(**one_size, **common)),
-        ("per-image loop vs vectorized_map vs batched op",
-         lambda: per_example_vs_batched(batch_sizes=sizes["batch_sizes"][-1:], image_size=sizes["per_image_size"],
-                                        **common)),
-        ("compiled C++ blur vs OpenCV (chapter 11, CPU)",
-         lambda: compiled_blur_vs_opencv(image_sizes=headline_sizes, batch_size=sizes["batch_size"],
-                                         repeats=args.repeats, progress=True)),
+        (
+            "blur as an op (py_function vs native)",
+            lambda: blur_op(image_sizes=headline_sizes, **blurs),
+        ),
+        (
+            "blur inside a model's forward pass",
+            lambda: blur_in_model(image_sizes=headline_sizes, **blurs),
+        ),
+        (
+            "blur in a tf.data pipeline",
+            lambda: blur_pipeline(
+                image_size=sizes["image_size"], examples=sizes["examples"], **blurs
+            ),
+        ),
+        (
+            "training step: eager vs tf.function vs XLA",
+            lambda: training_step_modes(**one_size, **common),
+        ),
+        (
+            "per-image loop vs vectorized_map vs batched op",
+            lambda: per_example_vs_batched(
+                batch_sizes=sizes["batch_sizes"][-1:], image_size=sizes["per_image_size"], **common
+            ),
+        ),
+        (
+            "compiled C++ blur vs OpenCV (chapter 11, CPU)",
+            lambda: compiled_blur_vs_opencv(
+                image_sizes=headline_sizes,
+                batch_size=sizes["batch_size"],
+                repeats=args.repeats,
+                progress=True,
+            ),
+        ),
     ]
     print(f"device: {device}", flush=True)
     entries = []
     for number, (title, run) in enumerate(experiments, 1):
         print(f"[{number}/{len(experiments) + 2}] {title}:", flush=True)
         entries += rows_to_entries(run())
-    print(f"[{len(experiments) + 1}/{len(experiments) + 2}] custom training loop vs model.fit "
-          f"(chapter 7's model, a small MLP):", flush=True)
-    entries += [training_loop_vs_fit(model=model, examples=args.examples, epochs=args.epochs, repeats=args.repeats)
-                for model in LOOP_MODELS]
-    print(f"[{len(experiments) + 2}/{len(experiments) + 2}] companion AdamW vs keras AdamW (chapter 8):", flush=True)
+    print(
+        f"[{len(experiments) + 1}/{len(experiments) + 2}] custom training loop vs model.fit "
+        f"(chapter 7's model, a small MLP):",
+        flush=True,
+    )
+    entries += [
+        training_loop_vs_fit(
+            model=model, examples=args.examples, epochs=args.epochs, repeats=args.repeats
+        )
+        for model in LOOP_MODELS
+    ]
+    print(
+        f"[{len(experiments) + 2}/{len(experiments) + 2}] companion AdamW vs keras AdamW (chapter 8):",
+        flush=True,
+    )
     entries.append(adamw_step_time(repeats=args.repeats))
     # The ratio first: the measures' names are long, and a narrow window should still show it.
-    rows = [(f"{e['ratio']:.2f}", _number(e["custom_median"]), _number(e["reference_median"]), e["unit"],
-             e["name"]) for e in entries]
+    rows = [
+        (
+            f"{e['ratio']:.2f}",
+            _number(e["custom_median"]),
+            _number(e["reference_median"]),
+            e["unit"],
+            e["name"],
+        )
+        for e in entries
+    ]
     print(f"device: {device}; ratio = custom / reference")
     print(format_table(rows, ["ratio", "custom", "reference", "unit", "measure"]))
     output = args.output
@@ -909,6 +1228,7 @@ def _flag(check: Callable[[str], Any]) -> Callable[[str], Any]:
 
     The message loses its leading ``"<name>: "``: argparse says ``argument --flag:`` itself.
     """
+
     def parse(text: str) -> Any:
         try:
             return check(text)

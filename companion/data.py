@@ -42,8 +42,14 @@ def _draw(shape: int, size: int, rng: np.random.Generator) -> np.ndarray:
         cv2.circle(canvas, (round(cx), round(cy)), round(radius), colour, -1, cv2.LINE_AA)
     elif shape == 1:
         half = radius * 0.85
-        corners = np.array([[cx - half, cy - half], [cx + half, cy - half],
-                            [cx + half, cy + half], [cx - half, cy + half]])
+        corners = np.array(
+            [
+                [cx - half, cy - half],
+                [cx + half, cy - half],
+                [cx + half, cy + half],
+                [cx - half, cy + half],
+            ]
+        )
         cv2.fillPoly(canvas, [np.round(corners).astype(np.int32)], colour, cv2.LINE_AA)
     else:
         angles = rng.uniform(0, 2 * np.pi) + np.array([0.0, 2 * np.pi / 3, 4 * np.pi / 3])

@@ -84,7 +84,7 @@ def _error_text(error: BaseException) -> str:
     name = type(error).__name__
     raised = [i for i, line in enumerate(lines) if re.match(r"[\w.]*(Error|Exception)\w*: ", line)]
     if raised:  # the last "XxxError: ..." line starts the original error's own text
-        lines = lines[raised[-1]:]
+        lines = lines[raised[-1] :]
         name, lines[0] = lines[0].split(": ", 1)
     kept = []
     for line in lines:
@@ -97,7 +97,9 @@ def _error_text(error: BaseException) -> str:
 
 def _is_keras_module(module: str | None) -> bool:
     """True for Keras's own modules (its classes never need registering) and ``builtins``."""
-    return module is not None and (module.split(".")[0] in {"keras", "tf_keras"} or module == "builtins")
+    return module is not None and (
+        module.split(".")[0] in {"keras", "tf_keras"} or module == "builtins"
+    )
 
 
 def _to_numpy(structure: Any) -> list[np.ndarray]:
@@ -127,7 +129,11 @@ def _describe_input(value: Any) -> str:
         dtype = getattr(value.dtype, "name", value.dtype)
         return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {dtype}"
     if isinstance(value, dict):
-        return "dict {" + ", ".join(f"{key!r}: {_describe_input(item)}" for key, item in value.items()) + "}"
+        return (
+            "dict {"
+            + ", ".join(f"{key!r}: {_describe_input(item)}" for key, item in value.items())
+            + "}"
+        )
     return " ".join(describe(value).split())
 
 
@@ -155,8 +161,10 @@ def _finite_arrays(value: Any, name: str) -> list[np.ndarray]:
     """The leaves of ``value`` as arrays of finite numbers (NaN or Inf in them is no layer's fault)."""
     leaves = tf.nest.flatten(_as_arrays(value, name))
     if any(not np.isfinite(leaf).all() for leaf in leaves):
-        raise ValueError(f"{name}: expected finite values, got NaN or Inf: no layer is to blame; "
-                         "clean the data (e.g. tf.debugging.assert_all_finite in the input pipeline)")
+        raise ValueError(
+            f"{name}: expected finite values, got NaN or Inf: no layer is to blame; "
+            "clean the data (e.g. tf.debugging.assert_all_finite in the input pipeline)"
+        )
     return leaves
 
 
@@ -166,8 +174,10 @@ def _blaming(name: str, what: str, value: Any) -> Iterator[None]:
     try:
         yield
     except Exception as error:  # whatever the call raises tells why this value does not fit
-        raise ValueError(f"{name}: expected {what}, got {_describe_input(value)}; "
-                         f"the call raised {_error_text(error)}") from error
+        raise ValueError(
+            f"{name}: expected {what}, got {_describe_input(value)}; "
+            f"the call raised {_error_text(error)}"
+        ) from error
 
 
 def _call_on(obj: Any, value: Any, name: str, **kwargs: Any) -> Any:
@@ -203,8 +213,10 @@ class RoundtripReport:
     def __str__(self) -> str:
         where = "a fresh process" if self.fresh_process else "this process"
         verdict = "ok" if self.ok else f"{len(self.problems)} problem(s)"
-        return "\n".join([f"{self.subject}, saved and loaded in {where}: {verdict}"]
-                         + [f"  - {problem}" for problem in self.problems])
+        return "\n".join(
+            [f"{self.subject}, saved and loaded in {where}: {verdict}"]
+            + [f"  - {problem}" for problem in self.problems]
+        )
 
 
 def _layers_of(obj: Any) -> list[Any]:
@@ -233,13 +245,20 @@ def _nonjson_path(value: Any, path: str, ancestors: dict[int, str] | None = None
             return f"{path} refers back to {ancestors[id(value)]} (a cycle)"
         inner = {**ancestors, id(value): path}
         items = value.items() if isinstance(value, dict) else enumerate(value)
-        return next(filter(None, (_nonjson_path(item, f"{path}[{key!r}]", inner) for key, item in items)), None)
+        return next(
+            filter(None, (_nonjson_path(item, f"{path}[{key!r}]", inner) for key, item in items)),
+            None,
+        )
     try:
         json.dumps(value)
     except (TypeError, ValueError):
         if isinstance(value, (np.ndarray, np.generic)):
             return f"{path} holds a {type(value).__name__} object; store a list (array.tolist()) instead"
-        what = f"the function {value.__name__}" if inspect.isroutine(value) else f"a {type(value).__name__} object"
+        what = (
+            f"the function {value.__name__}"
+            if inspect.isroutine(value)
+            else f"a {type(value).__name__} object"
+        )
         return f"{path} holds {what}; store a name or keras.saving.serialize_keras_object(...) of it instead"
     return None
 
@@ -262,16 +281,23 @@ def _config_problems(item: Any) -> list[str]:
     if not _is_keras_module(_defining_module(type(item), "get_config")):  # written by the user
         for name, parameter in _constructor_arguments(type(item)):
             if name not in config:
-                fallback = ("fails (no default)" if parameter.default is parameter.empty
-                            else f"gets the default {parameter.default!r}")
-                unstored.append(f"{cls}.get_config() does not store the constructor argument {name!r}: "
-                                f"from_config {fallback}")
+                fallback = (
+                    "fails (no default)"
+                    if parameter.default is parameter.empty
+                    else f"gets the default {parameter.default!r}"
+                )
+                unstored.append(
+                    f"{cls}.get_config() does not store the constructor argument {name!r}: "
+                    f"from_config {fallback}"
+                )
     elif isinstance(item, keras.Model) and not _is_functional(item):
         names = [name for name, _ in _constructor_arguments(type(item))]
         if names:
-            problems.append(f"{cls} is a subclassed Model without its own get_config: Keras records no "
-                            f"constructor arguments of a model ({', '.join(names)}), so loading builds it "
-                            f"with their defaults; write get_config")
+            problems.append(
+                f"{cls} is a subclassed Model without its own get_config: Keras records no "
+                f"constructor arguments of a model ({', '.join(names)}), so loading builds it "
+                f"with their defaults; write get_config"
+            )
     if unstored or isinstance(item, keras.optimizers.Optimizer):
         return unstored
     return problems + _from_config_problems(item, json.loads(json.dumps(config)))
@@ -280,14 +306,20 @@ def _config_problems(item: Any) -> list[str]:
 def _constructor_arguments(cls: type) -> list[tuple[str, inspect.Parameter]]:
     """The named parameters of ``cls.__init__`` (no ``self``, ``*args`` or ``**kwargs``)."""
     parameters = inspect.signature(cls.__init__).parameters.items()
-    return [(name, parameter) for name, parameter in parameters
-            if name != "self" and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)]
+    return [
+        (name, parameter)
+        for name, parameter in parameters
+        if name != "self"
+        and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    ]
 
 
 def _is_functional(model: keras.Model) -> bool:
     """True for a model built from inputs and outputs (its config is the graph, not arguments)."""
-    return any(klass.__name__ == "Functional" and _is_keras_module(klass.__module__)
-               for klass in type(model).__mro__)
+    return any(
+        klass.__name__ == "Functional" and _is_keras_module(klass.__module__)
+        for klass in type(model).__mro__
+    )
 
 
 def _defining_module(cls: type, attribute: str) -> str | None:
@@ -315,7 +347,9 @@ def _registry_entries(serialized: Any) -> Iterator[tuple[str, str]]:
     if isinstance(serialized, dict):
         if _is_serialized_object(serialized):
             name, module = serialized["class_name"], serialized.get("module")
-            if name == "function" and not (module or "").startswith("keras"):  # Keras's own are strings
+            if name == "function" and not (module or "").startswith(
+                "keras"
+            ):  # Keras's own are strings
                 yield "function", str(serialized["config"])
             elif not _is_keras_marker(name) and not _is_keras_module(module):
                 yield "class", serialized.get("registered_name") or name
@@ -333,7 +367,15 @@ def _is_keras_marker(name: str) -> bool:
 
 
 #: Where Keras looks up a function saved by its bare name (``serialization_lib.BUILTIN_MODULES``).
-_FUNCTION_MODULES = ("activations", "constraints", "initializers", "losses", "metrics", "optimizers", "regularizers")
+_FUNCTION_MODULES = (
+    "activations",
+    "constraints",
+    "initializers",
+    "losses",
+    "metrics",
+    "optimizers",
+    "regularizers",
+)
 
 
 def _is_keras_function(name: str) -> bool:
@@ -348,12 +390,16 @@ def _registration(serialized: dict[str, Any], fresh_process: bool) -> tuple[list
         if found is None and kind == "function" and _is_keras_function(key):
             continue
         if found is None:
-            problems.append(f"{kind} {key!r} is not registered: load_model finds it only with custom_objects="
-                            f"{{{key!r}: ...}}; decorate it with @keras.saving.register_keras_serializable()")
+            problems.append(
+                f"{kind} {key!r} is not registered: load_model finds it only with custom_objects="
+                f"{{{key!r}: ...}}; decorate it with @keras.saving.register_keras_serializable()"
+            )
         elif found.__module__ == "__main__":
             if fresh_process:
-                problems.append(f"{kind} {key!r} is defined in __main__ (a notebook or script): a fresh "
-                                f"process cannot import it; move it into a module and import that before loading")
+                problems.append(
+                    f"{kind} {key!r} is defined in __main__ (a notebook or script): a fresh "
+                    f"process cannot import it; move it into a module and import that before loading"
+                )
         elif found.__module__ not in modules:
             modules.append(found.__module__)
     return problems, modules
@@ -361,8 +407,11 @@ def _registration(serialized: dict[str, Any], fresh_process: bool) -> tuple[list
 
 def _warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
     """The messages of Keras's warnings (NumPy's deprecation notices about Keras left out)."""
-    return [_short(str(w.message)) for w in caught
-            if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))]
+    return [
+        _short(str(w.message))
+        for w in caught
+        if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))
+    ]
 
 
 def _save(obj: Any, path: str, notes: list[str]) -> str | None:
@@ -384,7 +433,13 @@ def _reloaded_state(path: str, sample_input: Any, modules: list[str]) -> dict[st
     Runs in this process or, through ``run_python``, in a fresh one; everything it returns is
     plain Python and NumPy, so it can travel back by pickle.
     """
-    state: dict[str, Any] = {"error": None, "config": None, "weights": [], "output": None, "warnings": []}
+    state: dict[str, Any] = {
+        "error": None,
+        "config": None,
+        "weights": [],
+        "output": None,
+        "warnings": [],
+    }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -405,7 +460,9 @@ def _state_variables(obj: Any) -> list[Any]:
     return list(obj.variables if isinstance(obj, keras.optimizers.Optimizer) else obj.weights)
 
 
-def _reload_in_child(path: str, sample_input: Any, modules: list[str], workdir: str, timeout: float) -> dict:
+def _reload_in_child(
+    path: str, sample_input: Any, modules: list[str], workdir: str, timeout: float
+) -> dict:
     request, answer = os.path.join(workdir, "request.pkl"), os.path.join(workdir, "answer.pkl")
     with open(request, "wb") as file:
         pickle.dump({"path": path, "sample_input": sample_input, "modules": modules}, file)
@@ -416,7 +473,9 @@ def _reload_in_child(path: str, sample_input: Any, modules: list[str], workdir: 
         f"with open({answer!r}, 'wb') as file:\n    pickle.dump(_reloaded_state(**request), file)\n"
     )
     # The child finds every module this process can import (the user's own, the companion).
-    search_path = os.pathsep.join(entry for entry in [os.getcwd(), *sys.path] if entry and os.path.isdir(entry))
+    search_path = os.pathsep.join(
+        entry for entry in [os.getcwd(), *sys.path] if entry and os.path.isdir(entry)
+    )
     result = run_python(code, timeout=timeout, env={"PYTHONPATH": search_path})
     if result.returncode != 0 or not os.path.exists(answer):
         last = (result.stderr.strip().splitlines() or ["(no error output)"])[-1]
@@ -438,21 +497,30 @@ def _differences(before: Any, after: Any, path: str = "config") -> list[str]:
                 found.extend(_differences(before[key], after[key], f"{path}[{key!r}]"))
         return found
     if before != after:
-        return [f"{path}: {_short(repr(before), 60)} before saving, {_short(repr(after), 60)} after loading"]
+        return [
+            f"{path}: {_short(repr(before), 60)} before saving, {_short(repr(after), 60)} after loading"
+        ]
     return []
 
 
-def _weight_problems(before: list[tuple[str, np.ndarray]], after: list[tuple[str, np.ndarray]],
-                     atol: float) -> list[str]:
+def _weight_problems(
+    before: list[tuple[str, np.ndarray]], after: list[tuple[str, np.ndarray]], atol: float
+) -> list[str]:
     if len(before) != len(after):
-        return [f"weights: {len(before)} before saving, {len(after)} after loading "
-                f"(before: {[p for p, _ in before][:6]}, after: {[p for p, _ in after][:6]})"]
+        return [
+            f"weights: {len(before)} before saving, {len(after)} after loading "
+            f"(before: {[p for p, _ in before][:6]}, after: {[p for p, _ in after][:6]})"
+        ]
     problems = []
     for (path, old), (_, new) in zip(before, after):
         if old.shape != new.shape:
-            problems.append(f"weight {path!r}: shape {old.shape} before saving, {new.shape} after loading")
+            problems.append(
+                f"weight {path!r}: shape {old.shape} before saving, {new.shape} after loading"
+            )
         elif _gap(old, new) > atol:
-            problems.append(f"weight {path!r} differs after loading ({_gap_text(_gap(old, new), atol)})")
+            problems.append(
+                f"weight {path!r} differs after loading ({_gap_text(_gap(old, new), atol)})"
+            )
     return problems
 
 
@@ -475,7 +543,9 @@ def _gap_text(gap: float, atol: float) -> str:
 
 def _output_problems(before: list[np.ndarray], after: list[np.ndarray], atol: float) -> list[str]:
     if len(before) != len(after) or any(a.shape != b.shape for a, b in zip(before, after)):
-        return [f"outputs: shapes {[a.shape for a in before]} before saving, {[b.shape for b in after]} after loading"]
+        return [
+            f"outputs: shapes {[a.shape for a in before]} before saving, {[b.shape for b in after]} after loading"
+        ]
     gap = max((_gap(a, b) for a, b in zip(before, after)), default=0.0)
     if gap > atol:
         return [f"outputs on sample_input differ after loading ({_gap_text(gap, atol)})"]
@@ -540,12 +610,19 @@ def check_roundtrip(
         >>> report.ok, report.problems
         (True, [])
     """
-    check_instance(obj, "obj", (keras.layers.Layer, keras.optimizers.Optimizer), "a Keras layer, model or optimizer")
+    check_instance(
+        obj,
+        "obj",
+        (keras.layers.Layer, keras.optimizers.Optimizer),
+        "a Keras layer, model or optimizer",
+    )
     fresh_process = check_bool(fresh_process, "fresh_process")
     atol = check_real(atol, "atol", minimum=0)
     timeout = check_real(timeout, "timeout", above=0, maximum=int(threading.TIMEOUT_MAX))
     if sample_input is not None and isinstance(obj, keras.optimizers.Optimizer):
-        raise ValueError(f"sample_input: expected None for an optimizer, got {describe(sample_input)}")
+        raise ValueError(
+            f"sample_input: expected None for an optimizer, got {describe(sample_input)}"
+        )
     expected = None
     if sample_input is not None:
         sample_input = _as_arrays(sample_input, "sample_input", numbers=False)
@@ -569,8 +646,11 @@ def check_roundtrip(
         if failure:
             report.problems.append(failure)
             return report
-        state = (_reload_in_child(path, sample_input, modules, workdir, timeout) if fresh_process
-                 else _reloaded_state(path, sample_input, modules))
+        state = (
+            _reload_in_child(path, sample_input, modules, workdir, timeout)
+            if fresh_process
+            else _reloaded_state(path, sample_input, modules)
+        )
     report.notes.extend(state["warnings"])
     if state["error"]:
         report.problems.append(state["error"])
@@ -617,9 +697,13 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
     sample_input = _as_arrays(sample_input, "sample_input")
     for leaf in tf.nest.flatten(sample_input):
         if leaf.ndim < 1 or leaf.shape[0] < 2:
-            raise ValueError(f"sample_input: expected arrays with a batch of at least 2, got {_describe_input(leaf)}")
+            raise ValueError(
+                f"sample_input: expected arrays with a batch of at least 2, got {_describe_input(leaf)}"
+            )
     expected = _to_numpy(_call_on(layer, sample_input, "sample_input"))
-    specs = tf.nest.map_structure(lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), sample_input)
+    specs = tf.nest.map_structure(
+        lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), sample_input
+    )
     traced = tf.function(lambda inputs: layer(inputs), input_signature=[specs])
     try:
         concrete = traced.get_concrete_function()
@@ -631,13 +715,17 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
         try:
             got = _to_numpy(concrete(part))
         except Exception as error:  # a graph that runs for one batch size only
-            problems.append(f"the traced graph failed on a batch of {len(tf.nest.flatten(part)[0])}: "
-                            f"{_error_text(error)}")
+            problems.append(
+                f"the traced graph failed on a batch of {len(tf.nest.flatten(part)[0])}: "
+                f"{_error_text(error)}"
+            )
             continue
         want = [a[:rows] for a in expected]
         if any(g.shape != w.shape or not np.allclose(g, w, atol=1e-5) for g, w in zip(got, want)):
-            problems.append(f"the traced graph's output on a batch of {len(tf.nest.flatten(part)[0])} "
-                            f"differs from the eager call's")
+            problems.append(
+                f"the traced graph's output on a batch of {len(tf.nest.flatten(part)[0])} "
+                f"differs from the eager call's"
+            )
     return problems
 
 
@@ -659,8 +747,11 @@ def _layer_paths(model: keras.layers.Layer) -> dict[int, tuple[keras.layers.Laye
 
 
 @contextlib.contextmanager
-def _watching_calls(layers: list[tuple[keras.layers.Layer, str]], entering: Callable[[str, tuple], None],
-                    leaving: Callable[[str, Any], None]) -> Iterator[None]:
+def _watching_calls(
+    layers: list[tuple[keras.layers.Layer, str]],
+    entering: Callable[[str, tuple], None],
+    leaving: Callable[[str, Any], None],
+) -> Iterator[None]:
     """Within the block, each layer's ``call`` reports ``(path, args)`` to ``entering`` when it
     starts and ``(path, output)`` to ``leaving`` when it returns."""
     wrapped = []
@@ -671,7 +762,9 @@ def _watching_calls(layers: list[tuple[keras.layers.Layer, str]], entering: Call
             original = layer.call
 
             @functools.wraps(original)
-            def call(*args: Any, _original: Callable = original, _path: str = path, **kwargs: Any) -> Any:
+            def call(
+                *args: Any, _original: Callable = original, _path: str = path, **kwargs: Any
+            ) -> Any:
                 entering(_path, args)
                 output = _original(*args, **kwargs)
                 leaving(_path, output)
@@ -685,7 +778,9 @@ def _watching_calls(layers: list[tuple[keras.layers.Layer, str]], entering: Call
             del layer.call
 
 
-def first_nonfinite(model: keras.layers.Layer, inputs: Any, *, training: bool = False) -> str | None:
+def first_nonfinite(
+    model: keras.layers.Layer, inputs: Any, *, training: bool = False
+) -> str | None:
     """The first layer, in execution order, whose output contains NaN or Inf, or ``None``.
 
     The model is called once, eagerly, with every nested layer's ``call`` wrapped to inspect
@@ -738,8 +833,9 @@ def first_nonfinite(model: keras.layers.Layer, inputs: Any, *, training: bool = 
     return model.name if _has_nonfinite(output) else None
 
 
-def _gradients(model: keras.layers.Layer, inputs: Any, targets: Any, loss: Callable[..., Any],
-               training: bool) -> list[tuple[str, Any]]:
+def _gradients(
+    model: keras.layers.Layer, inputs: Any, targets: Any, loss: Callable[..., Any], training: bool
+) -> list[tuple[str, Any]]:
     """(variable path, gradient or None) of a training step, output-side variables first."""
     model = _check_layer(model, "model")
     check_callable(loss, "loss", "a callable loss(y_true, y_pred)")
@@ -749,13 +845,20 @@ def _gradients(model: keras.layers.Layer, inputs: Any, targets: Any, loss: Calla
     with tf.GradientTape() as tape:
         output = _call_on(model, inputs, "inputs", training=training)
         _check_batch(target_arrays, output)
-        with _blaming("targets", f"targets that loss accepts for the output ({_describe_input(output)})", targets):
+        with _blaming(
+            "targets",
+            f"targets that loss accepts for the output ({_describe_input(output)})",
+            targets,
+        ):
             value = loss(targets, output)
         if model.losses:
             value = value + tf.add_n(model.losses)
     variables = list(model.trainable_variables)  # after the call, which builds an unbuilt model
     gradients = tape.gradient(value, variables)
-    pairs = [(v.path, None if g is None else tf.convert_to_tensor(g)) for v, g in zip(variables, gradients)]
+    pairs = [
+        (v.path, None if g is None else tf.convert_to_tensor(g))
+        for v, g in zip(variables, gradients)
+    ]
     return pairs[::-1]
 
 
@@ -765,12 +868,19 @@ def _check_batch(targets: list[np.ndarray], output: Any) -> None:
     batch = first.shape[0] if len(first.shape) else None
     for leaf in targets:
         if batch is not None and (leaf.ndim < 1 or leaf.shape[0] != batch):
-            raise ValueError(f"targets: expected arrays with the batch size of the model's output ({batch}), "
-                             f"got {_describe_input(leaf)}")
+            raise ValueError(
+                f"targets: expected arrays with the batch size of the model's output ({batch}), "
+                f"got {_describe_input(leaf)}"
+            )
 
 
 def gradient_norms(
-    model: keras.layers.Layer, inputs: Any, targets: Any, *, loss: Callable[..., Any], training: bool = True
+    model: keras.layers.Layer,
+    inputs: Any,
+    targets: Any,
+    *,
+    loss: Callable[..., Any],
+    training: bool = True,
 ) -> dict[str, float | None]:
     """The L2 norm of each variable's gradient for one training step (forward, loss, backward).
 
@@ -806,12 +916,19 @@ def gradient_norms(
         >>> {path: round(norm, 3) for path, norm in norms.items()}    # d/dw (2 + b)^2 = 2*2
         {'d/bias': 4.0, 'd/kernel': 5.657}
     """
-    return {path: None if g is None else float(tf.norm(tf.cast(g, tf.float64)))
-            for path, g in _gradients(model, inputs, targets, loss, training)}
+    return {
+        path: None if g is None else float(tf.norm(tf.cast(g, tf.float64)))
+        for path, g in _gradients(model, inputs, targets, loss, training)
+    }
 
 
 def first_nonfinite_gradient(
-    model: keras.layers.Layer, inputs: Any, targets: Any, *, loss: Callable[..., Any], training: bool = True
+    model: keras.layers.Layer,
+    inputs: Any,
+    targets: Any,
+    *,
+    loss: Callable[..., Any],
+    training: bool = True,
 ) -> str | None:
     """The path of the first variable, in backpropagation order, whose gradient holds NaN or Inf.
 
@@ -852,7 +969,9 @@ def first_nonfinite_gradient(
 def _describe_value(value: Any) -> str:
     """``float32[None, 3]`` for a tensor or variable, the short repr for a Python value."""
     if hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, np.ndarray):
-        shape = ", ".join("None" if d is None else str(d) for d in tf.TensorShape(value.shape).as_list() or [])
+        shape = ", ".join(
+            "None" if d is None else str(d) for d in tf.TensorShape(value.shape).as_list() or []
+        )
         return f"{tf.as_dtype(value.dtype).name}[{shape}]"
     if isinstance(value, np.ndarray):
         return f"ndarray {value.dtype}{list(value.shape)}"
@@ -896,9 +1015,13 @@ class TraceCounter:
         except TypeError:
             bound = None
         if bound is None:
-            items = [str(describe_leaves(a)) for a in args] + [f"{k}={describe_leaves(v)}" for k, v in kwargs.items()]
+            items = [str(describe_leaves(a)) for a in args] + [
+                f"{k}={describe_leaves(v)}" for k, v in kwargs.items()
+            ]
         else:
-            items = [f"{name}={describe_leaves(value)}".replace("'", "") for name, value in bound.items()]
+            items = [
+                f"{name}={describe_leaves(value)}".replace("'", "") for name, value in bound.items()
+            ]
         return ", ".join(items)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -25,8 +25,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import (check_callable, check_instance, check_int, check_real, describe, dtype_max,
-                               float_tensor, is_real)
+from companion._checks import (
+    check_callable,
+    check_instance,
+    check_int,
+    check_real,
+    describe,
+    dtype_max,
+    float_tensor,
+    is_real,
+)
 
 #: Input dtypes ``gradient_error`` accepts (finite differences need a float).
 CHECKABLE_DTYPES = (tf.float16, tf.float32, tf.float64)
@@ -47,32 +55,46 @@ def _bound(value: Any, name: str, x: tf.Tensor) -> tf.Tensor:
     # it, TensorFlow would demand a ``variables`` keyword in ``grad``.
     bound = tf.convert_to_tensor(value, dtype_hint=x.dtype)
     if not (bound.dtype.is_floating or bound.dtype.is_integer):
-        raise TypeError(f"{name}: expected a number or a real-valued tensor, got dtype {bound.dtype.name}")
+        raise TypeError(
+            f"{name}: expected a number or a real-valued tensor, got dtype {bound.dtype.name}"
+        )
     try:
         shape = tf.broadcast_static_shape(x.shape, bound.shape)
     except ValueError:
         shape = None
     if shape is None or not shape.is_compatible_with(x.shape):
-        raise ValueError(f"{name}: expected a number or a tensor broadcasting to x's shape {x.shape},"
-                         f" got shape {bound.shape}")
+        raise ValueError(
+            f"{name}: expected a number or a tensor broadcasting to x's shape {x.shape},"
+            f" got shape {bound.shape}"
+        )
     known = tf.get_static_value(bound)
-    if known is not None and not np.all(np.abs(known.astype(np.float64)) <= dtype_max(x.dtype)):  # NaN: False
-        raise ValueError(f"{name}: expected finite values that {x.dtype.name} holds, got {describe(known)}")
+    if known is not None and not np.all(
+        np.abs(known.astype(np.float64)) <= dtype_max(x.dtype)
+    ):  # NaN: False
+        raise ValueError(
+            f"{name}: expected finite values that {x.dtype.name} holds, got {describe(known)}"
+        )
     return tf.cast(bound, x.dtype)
 
 
 def _check_order(low: tf.Tensor, high: tf.Tensor, clip_min: Any, clip_max: Any) -> None:
     """``low < high`` element-wise: checked now if the values are known, else by an op that runs first."""
     known_low, known_high = tf.get_static_value(low), tf.get_static_value(high)
-    if known_low is None or known_high is None:  # (no repr here: a Keras 3.10 variable's reads its value)
-        tf.debugging.assert_less(low, high, message="clip_min: expected values below clip_max element-wise")
+    if (
+        known_low is None or known_high is None
+    ):  # (no repr here: a Keras 3.10 variable's reads its value)
+        tf.debugging.assert_less(
+            low, high, message="clip_min: expected values below clip_max element-wise"
+        )
     elif not np.all(known_low < known_high):
         raise ValueError(
             f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise, got {describe(clip_min)}"
         )
 
 
-def value_and_gradient(fn: Callable[[tf.Tensor], Any], x: Any) -> tuple[np.ndarray, np.ndarray | None]:
+def value_and_gradient(
+    fn: Callable[[tf.Tensor], Any], x: Any
+) -> tuple[np.ndarray, np.ndarray | None]:
     """``fn(x)`` and the gradient of ``sum(fn(x))`` with respect to ``x``, both as NumPy arrays.
 
     For an elementwise ``fn`` the gradient is the derivative at each point, which is what
@@ -104,7 +126,9 @@ def value_and_gradient(fn: Callable[[tf.Tensor], Any], x: Any) -> tuple[np.ndarr
     return np.asarray(y), None if gradient is None else gradient.numpy()
 
 
-def clipped_identity(x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: float = 0.01) -> tf.Tensor:
+def clipped_identity(
+    x: Any, clip_min: Any = -1.0, clip_max: Any = 1.0, leak: float = 0.01
+) -> tf.Tensor:
     """Clip ``x`` to ``[clip_min, clip_max]``; in the backward pass leak gradient where it clipped.
 
     Forward: exactly ``tf.clip_by_value(x, clip_min, clip_max)``. Backward: the upstream
@@ -185,13 +209,17 @@ class ClippedIdentity(keras.layers.Layer):
         [[0.0, 0.5, 1.0]]
     """
 
-    def __init__(self, clip_min: float = -1.0, clip_max: float = 1.0, leak: float = 0.01, **kwargs: Any):
+    def __init__(
+        self, clip_min: float = -1.0, clip_max: float = 1.0, leak: float = 0.01, **kwargs: Any
+    ):
         super().__init__(**kwargs)
         self.clip_min = check_real(clip_min, "clip_min", dtype=self.compute_dtype)
         self.clip_max = check_real(clip_max, "clip_max", dtype=self.compute_dtype)
         if not self.clip_min < self.clip_max:
-            raise ValueError(f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise,"
-                             f" got {describe(clip_min)}")
+            raise ValueError(
+                f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise,"
+                f" got {describe(clip_min)}"
+            )
         self.leak = check_real(leak, "leak", minimum=0, dtype=self.compute_dtype)
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
@@ -246,7 +274,9 @@ def safe_norm(x: Any, axis: int = -1) -> tf.Tensor:
     if rank == 0:
         raise ValueError("x: expected a tensor of rank >= 1, got a scalar")
     if rank is not None and not -rank <= axis < rank:
-        raise ValueError(f"axis: expected an int in [{-rank}, {rank}) for x of rank {rank}, got {describe(axis)}")
+        raise ValueError(
+            f"axis: expected an int in [{-rank}, {rank}) for x of rank {rank}, got {describe(axis)}"
+        )
 
     @tf.custom_gradient
     def _norm(x: tf.Tensor) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
@@ -327,7 +357,9 @@ def default_delta(dtype: Any) -> float:
         True
     """
     what = "float16, float32 or float64 (a name, NumPy or TensorFlow dtype)"
-    check_instance(dtype, "dtype", (str, type, np.dtype, tf.DType), what)  # tf.as_dtype(1) is float32
+    check_instance(
+        dtype, "dtype", (str, type, np.dtype, tf.DType), what
+    )  # tf.as_dtype(1) is float32
     try:
         checked = tf.as_dtype(dtype)
     except TypeError:

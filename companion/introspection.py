@@ -12,7 +12,9 @@ from companion._checks import check_callable, check_instance, check_sequence, ch
 PLUMBING_OPS = frozenset({"Placeholder", "NoOp", "Identity"})
 
 
-def traced_ops(fn: Callable[..., Any], *args: Any, ignore: Iterable[str] = PLUMBING_OPS) -> list[str]:
+def traced_ops(
+    fn: Callable[..., Any], *args: Any, ignore: Iterable[str] = PLUMBING_OPS
+) -> list[str]:
     """Trace ``fn(*args)`` into a graph and return the op type names, in graph order.
 
     ``fn`` may be a Python function, a ``tf.function`` or a Keras layer/model (an unbuilt
@@ -47,9 +49,15 @@ def traced_ops(fn: Callable[..., Any], *args: Any, ignore: Iterable[str] = PLUMB
 def _op_names(value: Any, name: str) -> frozenset[str]:
     """``value`` as a set of op type names: a list, tuple or set of non-empty str."""
     what = "a list, tuple or set of op type names (str)"
-    items = value if isinstance(value, (set, frozenset)) else check_sequence(value, name, what, min_length=0)
-    return frozenset(check_str(item, f"{name}[{index}]", "an op type name (a non-empty str)")
-                     for index, item in enumerate(items))
+    items = (
+        value
+        if isinstance(value, (set, frozenset))
+        else check_sequence(value, name, what, min_length=0)
+    )
+    return frozenset(
+        check_str(item, f"{name}[{index}]", "an op type name (a non-empty str)")
+        for index, item in enumerate(items)
+    )
 
 
 def weights_table(layer: Any) -> list[tuple[str, tuple[int | None, ...], str, bool]]:
@@ -85,7 +93,9 @@ def weights_table(layer: Any) -> list[tuple[str, tuple[int | None, ...], str, bo
 def _inbound_layer_names(node_args: Any) -> list[str]:
     """Names of the layers whose outputs appear in a serialized node's arguments."""
     if isinstance(node_args, dict):
-        history = node_args.get("config", {}).get("keras_history") if "class_name" in node_args else None
+        history = (
+            node_args.get("config", {}).get("keras_history") if "class_name" in node_args else None
+        )
         if history:
             return [history[0]]
         return [name for value in node_args.values() for name in _inbound_layer_names(value)]
@@ -166,7 +176,9 @@ def _layered_layout(names: list[str], edges: list[tuple[str, str]]) -> tuple[dic
     columns: dict[int, list] = {}
     for name in names:
         columns.setdefault(depth[name], []).append(name)
-    predecessors: dict = {name: [source for source, target in edges if target == name] for name in names}
+    predecessors: dict = {
+        name: [source for source, target in edges if target == name] for name in names
+    }
     for edge in edges:
         previous = edge[0]
         for column in range(depth[edge[0]] + 1, depth[edge[1]]):
@@ -181,15 +193,21 @@ def _layered_layout(names: list[str], edges: list[tuple[str, str]]) -> tuple[dic
         items = columns[column]
         if column > 0:
             order = {item: index for index, item in enumerate(items)}
-            items.sort(key=lambda item: (
-                sum(row[p] for p in predecessors[item]) / len(predecessors[item]) if predecessors[item] else 0,
-                order[item],
-            ))
+            items.sort(
+                key=lambda item: (
+                    sum(row[p] for p in predecessors[item]) / len(predecessors[item])
+                    if predecessors[item]
+                    else 0,
+                    order[item],
+                )
+            )
         for index, item in enumerate(items):
             row[item] = index - (len(items) - 1) / 2
     position = {name: (depth[name], -row[name]) for name in names}
     waypoints = {
-        edge: [(column, -row[(edge, column)]) for column in range(depth[edge[0]] + 1, depth[edge[1]])]
+        edge: [
+            (column, -row[(edge, column)]) for column in range(depth[edge[0]] + 1, depth[edge[1]])
+        ]
         for edge in edges
     }
     return position, waypoints
@@ -220,10 +238,14 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
     edges = layer_edges(model)
     if ax is not None:
         check_instance(ax, "ax", matplotlib.axes.Axes, "a matplotlib Axes or None")
-    names = list(dict.fromkeys([name for edge in edges for name in edge] + [l.name for l in model.layers]))
+    names = list(
+        dict.fromkeys([name for edge in edges for name in edge] + [l.name for l in model.layers])
+    )
     position, waypoints = _layered_layout(names, edges)
     n_columns = 1 + max((column for column, _ in position.values()), default=0)
-    all_rows = [r for _, r in position.values()] + [r for points in waypoints.values() for _, r in points] or [0.0]
+    all_rows = [r for _, r in position.values()] + [
+        r for points in waypoints.values() for _, r in points
+    ] or [0.0]
     spread = max(all_rows) - min(all_rows)
     if ax is None:
         _, ax = plt.subplots(figsize=(2.3 * n_columns + 0.5, 1.1 * spread + 1.6))
@@ -231,22 +253,44 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
     ax.set_ylim(min(all_rows) - 0.6, max(all_rows) + 0.6)
     kinds = {layer.name: type(layer).__name__ for layer in model.layers}
     boxes = {
-        name: ax.text(x, y, f"{name}\n({kinds.get(name, 'Input')})", ha="center", va="center", fontsize=9,
-                      zorder=3, bbox=dict(boxstyle="round", facecolor="#e8f0fe", edgecolor="#4a6fa5"))
+        name: ax.text(
+            x,
+            y,
+            f"{name}\n({kinds.get(name, 'Input')})",
+            ha="center",
+            va="center",
+            fontsize=9,
+            zorder=3,
+            bbox=dict(boxstyle="round", facecolor="#e8f0fe", edgecolor="#4a6fa5"),
+        )
         for name, (x, y) in position.items()
     }
     ax.figure.canvas.draw()  # lays out the boxes, so that arrows can end at their edges
     to_data = ax.transData.inverted()
-    extent = {name: to_data.transform(text.get_bbox_patch().get_window_extent()) for name, text in boxes.items()}
+    extent = {
+        name: to_data.transform(text.get_bbox_patch().get_window_extent())
+        for name, text in boxes.items()
+    }
     for source, target in edges:
         (_, _), (source_right, _) = extent[source]
         (target_left, _), (_, _) = extent[target]
         points = [(source_right, position[source][1]), *waypoints[(source, target)]]
         xs, ys = zip(*points)
         ax.plot(xs, ys, color="0.35", linewidth=1.2, zorder=1)
-        ax.annotate("", xy=(target_left, position[target][1]), xytext=points[-1], zorder=2,
-                    arrowprops=dict(arrowstyle="-|>", mutation_scale=14, color="0.35", linewidth=1.2,
-                                    shrinkA=0, shrinkB=1))
+        ax.annotate(
+            "",
+            xy=(target_left, position[target][1]),
+            xytext=points[-1],
+            zorder=2,
+            arrowprops=dict(
+                arrowstyle="-|>",
+                mutation_scale=14,
+                color="0.35",
+                linewidth=1.2,
+                shrinkA=0,
+                shrinkB=1,
+            ),
+        )
     ax.set_axis_off()
     ax.set_title(f"{model.name}: {len(names)} layers, {len(edges)} connections")
     return ax

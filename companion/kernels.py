@@ -82,7 +82,11 @@ def tensorflow_flags() -> tuple[list[str], list[str]]:
 
 def _checked_compiler(cxx: Any) -> str:
     """``cxx`` if it is a non-empty str, ``compiler()`` for None; else the project's error."""
-    return compiler() if cxx is None else check_str(cxx, "cxx", "a C++ compiler (a non-empty str) or None")
+    return (
+        compiler()
+        if cxx is None
+        else check_str(cxx, "cxx", "a C++ compiler (a non-empty str) or None")
+    )
 
 
 def build_command(source: Path | str, output: Path | str, cxx: str | None = None) -> list[str]:
@@ -99,15 +103,22 @@ def build_command(source: Path | str, output: Path | str, cxx: str | None = None
         >>> build_command("blur_op.cc", "blur_op.so", "g++")[:7]
         ['g++', '-std=c++17', '-shared', '-fPIC', '-O3', '-Wall', '-Wextra']
     """
-    source, output, cxx = check_path(source, "source"), check_path(output, "output"), _checked_compiler(cxx)
+    source, output, cxx = (
+        check_path(source, "source"),
+        check_path(output, "output"),
+        _checked_compiler(cxx),
+    )
     return [cxx, *BUILD_FLAGS, str(source), "-o", str(output), *_tensorflow_build_flags()]
 
 
 def _tensorflow_build_flags() -> list[str]:
     """``tensorflow_flags()`` as the compiler gets them: ``-I<folder>`` as ``-isystem <folder>``."""
     compile_flags, link_flags = tensorflow_flags()
-    system_includes = [part for flag in compile_flags
-                       for part in (["-isystem", flag[2:]] if flag.startswith("-I") else [flag])]
+    system_includes = [
+        part
+        for flag in compile_flags
+        for part in (["-isystem", flag[2:]] if flag.startswith("-I") else [flag])
+    ]
     return [*system_includes, *link_flags]
 
 
@@ -121,8 +132,10 @@ def _compiler_version(cxx: str) -> str:
         )
     result = _run([path, "--version"], timeout=60)
     if result.returncode != 0:
-        raise BuildError(f"compiler: {cxx!r} --version failed (exit {result.returncode}): "
-                         f"{result.stderr.strip()[:300] or 'no message'}")
+        raise BuildError(
+            f"compiler: {cxx!r} --version failed (exit {result.returncode}): "
+            f"{result.stderr.strip()[:300] or 'no message'}"
+        )
     return result.stdout.splitlines()[0] if result.stdout else path
 
 
@@ -131,7 +144,9 @@ def _run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise BuildError(f"{command[0]} did not finish in {timeout:.0f} s: {' '.join(command)[:300]}") from None
+        raise BuildError(
+            f"{command[0]} did not finish in {timeout:.0f} s: {' '.join(command)[:300]}"
+        ) from None
     except OSError as error:
         raise BuildError(f"{command[0]} cannot run ({type(error).__name__}: {error})") from error
 
@@ -152,8 +167,12 @@ def _sha256(path: Path) -> str:
 
 def _toolchain_free_identity() -> dict[str, Any]:
     """What a build depends on apart from the compiler: TensorFlow, platform, flags, source."""
-    return {"tensorflow": tf.__version__, "platform": sys.platform,
-            "flags": [*BUILD_FLAGS, *_tensorflow_build_flags()], "source_sha256": _sha256(SOURCE)}
+    return {
+        "tensorflow": tf.__version__,
+        "platform": sys.platform,
+        "flags": [*BUILD_FLAGS, *_tensorflow_build_flags()],
+        "source_sha256": _sha256(SOURCE),
+    }
 
 
 def _identity(cxx: str) -> dict[str, Any]:
@@ -195,7 +214,9 @@ def _verified_manifest(folder: Path) -> dict[str, Any] | None:
         manifest = json.loads((folder / MANIFEST).read_text())
         recorded = manifest["library"]
         library = folder / LIBRARY
-        intact = (library.stat().st_size == recorded["size"] and _sha256(library) == recorded["sha256"])
+        intact = (
+            library.stat().st_size == recorded["size"] and _sha256(library) == recorded["sha256"]
+        )
     except (OSError, ValueError, KeyError, TypeError):  # missing, unreadable or not a manifest
         return None
     return manifest if intact else None
@@ -223,10 +244,14 @@ def _compile(command: list[str], output: Path) -> str:
     result = _run(command, timeout=600)
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        raise BuildError(f"compiling {SOURCE.name} failed (exit {result.returncode}):\n{' '.join(command)}\n{tail}")
+        raise BuildError(
+            f"compiling {SOURCE.name} failed (exit {result.returncode}):\n{' '.join(command)}\n{tail}"
+        )
     if not output.is_file() or output.stat().st_size == 0:
-        raise BuildError(f"compiling {SOURCE.name} with {command[0]!r} exited 0 but wrote no library to "
-                         f"{output}: is {command[0]!r} a C++ compiler?")
+        raise BuildError(
+            f"compiling {SOURCE.name} with {command[0]!r} exited 0 but wrote no library to "
+            f"{output}: is {command[0]!r} a C++ compiler?"
+        )
     return result.stdout + result.stderr
 
 
@@ -293,7 +318,9 @@ def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with _locked(folder):
-                if _verified_manifest(folder) is None:  # another process may have built it meanwhile
+                if (
+                    _verified_manifest(folder) is None
+                ):  # another process may have built it meanwhile
                     _build_into(folder, cxx, identity)
         except OSError as error:
             raise BuildError(
@@ -341,8 +368,10 @@ def load_blur_op() -> Any:
     try:
         module = tf.load_op_library(str(library))
     except tf.errors.NotFoundError as error:  # intact as built, yet unloadable: not a library
-        raise BuildError(f"{library}: TensorFlow cannot load it ({error.message.strip()[:300]}); delete "
-                         f"{library.parent} to rebuild it, or check the compiler") from None
+        raise BuildError(
+            f"{library}: TensorFlow cannot load it ({error.message.strip()[:300]}); delete "
+            f"{library.parent} to rebuild it, or check the compiler"
+        ) from None
     if not hasattr(module, "gaussian_blur_grad"):  # TensorFlow kept the ops registered first
         raise BuildError(
             f"{library}: its ops {OP_NAMES} are already registered in this process by another "
@@ -356,8 +385,10 @@ def _register_gradients(module: Any) -> None:
     """The gradient of each op is the other op: the blur and its adjoint transpose each other."""
     adjoint = {"GaussianBlur": module.gaussian_blur_grad, "GaussianBlurGrad": module.gaussian_blur}
     for name, transpose in adjoint.items():
-        def gradient(op: tf.Operation, upstream: tf.Tensor,
-                     transpose: Any = transpose) -> list[Any]:
+
+        def gradient(
+            op: tf.Operation, upstream: tf.Tensor, transpose: Any = transpose
+        ) -> list[Any]:
             return [transpose(upstream, op.inputs[1]), None]  # no gradient for the kernel weights
 
         try:
@@ -368,8 +399,12 @@ def _register_gradients(module: Any) -> None:
 
 #: The image dtypes ``cpp_blur`` takes -> the dtype the op computes in. The op's kernels are
 #: float32/float64; half-precision images are blurred in float32 (see ``cpp_blur``).
-_COMPUTE_DTYPES = {tf.float16: tf.float32, tf.bfloat16: tf.float32, tf.float32: tf.float32,
-                   tf.float64: tf.float64}
+_COMPUTE_DTYPES = {
+    tf.float16: tf.float32,
+    tf.bfloat16: tf.float32,
+    tf.float32: tf.float32,
+    tf.float64: tf.float64,
+}
 
 
 @functools.lru_cache(maxsize=64)
@@ -399,13 +434,17 @@ def _check_images(dtype: tf.DType, shape: tf.TensorShape, name: str, ksize: int)
     """The project's error, naming ``name``, unless images of ``dtype`` and ``shape`` can be blurred
     with ``ksize`` (unknown dimensions pass: the op checks them when it runs)."""
     if dtype not in _COMPUTE_DTYPES:
-        raise TypeError(f"{name}: expected dtype float16, bfloat16, float32 or float64 (cast other images "
-                        f"first), got dtype {dtype.name}")
+        raise TypeError(
+            f"{name}: expected dtype float16, bfloat16, float32 or float64 (cast other images "
+            f"first), got dtype {dtype.name}"
+        )
     if shape.rank not in (3, 4):
         raise ValueError(f"{name}: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {shape}")
     if any(d is not None and d <= ksize // 2 for d in tuple(shape)[-3:-1]):
-        raise ValueError(f"{name}: expected height and width > ksize // 2 = {ksize // 2} for reflect "
-                         f"padding, got shape {shape}")
+        raise ValueError(
+            f"{name}: expected height and width > ksize // 2 = {ksize // 2} for reflect "
+            f"padding, got shape {shape}"
+        )
 
 
 def _images_tensor(images: Any, name: str, ksize: int) -> tf.Tensor:
@@ -506,7 +545,9 @@ class CppGaussianBlur(GaussianBlur):
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         """Check ``inputs`` before Keras converts them (its errors would not name them)."""
         if isinstance(inputs, keras.KerasTensor):  # a functional model's symbolic input
-            _check_images(tf.as_dtype(inputs.dtype), tf.TensorShape(inputs.shape), "inputs", self.ksize)
+            _check_images(
+                tf.as_dtype(inputs.dtype), tf.TensorShape(inputs.shape), "inputs", self.ksize
+            )
         else:
             inputs = _images_tensor(inputs, "inputs", self.ksize)
         return super().__call__(inputs, *args, **kwargs)

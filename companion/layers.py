@@ -14,18 +14,35 @@ import keras
 import numpy as np
 from keras import ops
 
-from companion._checks import (check_bool, check_callable, check_instance, check_int, check_real, check_seed,
-                               describe)
+from companion._checks import (
+    check_bool,
+    check_callable,
+    check_instance,
+    check_int,
+    check_real,
+    check_seed,
+    describe,
+)
 
-__all__ = ["AdditiveGaussianNoise", "CustomDense", "MAX_UNITS", "ResidualBlock", "fresh_initializer"]
+__all__ = [
+    "AdditiveGaussianNoise",
+    "CustomDense",
+    "MAX_UNITS",
+    "ResidualBlock",
+    "fresh_initializer",
+]
 
 
 #: The widest layer (``units``) the companion builds: a wider kernel would not fit in memory.
 MAX_UNITS = 2**20
 
 _ACTIVATION = "None, a callable or a Keras activation name such as 'relu'"
-_INITIALIZER = "an initializer (a name such as 'glorot_uniform', a config dict, an Initializer or a callable)"
-_REGULARIZER = "None or a regularizer (a name such as 'l2', a config dict, a Regularizer or a callable)"
+_INITIALIZER = (
+    "an initializer (a name such as 'glorot_uniform', a config dict, an Initializer or a callable)"
+)
+_REGULARIZER = (
+    "None or a regularizer (a name such as 'l2', a config dict, a Regularizer or a callable)"
+)
 
 
 def _keras_object(module: Any, value: Any, name: str, what: str, *, allow_none: bool = True) -> Any:
@@ -259,14 +276,19 @@ class AdditiveGaussianNoise(keras.layers.Layer):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Checked before Keras's __call__, which rewrites errors raised in ``call``.
-        check_instance(kwargs.get("training"), "training", (bool, np.bool_, type(None)), "a bool or None")
+        check_instance(
+            kwargs.get("training"), "training", (bool, np.bool_, type(None)), "a bool or None"
+        )
         return super().__call__(*args, **kwargs)
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         if not training or self.stddev == 0:
             return inputs
         noise = keras.random.normal(
-            ops.shape(inputs), stddev=self.stddev, dtype=self.compute_dtype, seed=self.seed_generator
+            ops.shape(inputs),
+            stddev=self.stddev,
+            dtype=self.compute_dtype,
+            seed=self.seed_generator,
         )
         return inputs + noise  # ops.add takes a (0, n) operand for a bias: "Biases must be 1D"
 
@@ -323,11 +345,15 @@ class ResidualBlock(keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         self.units = _check_units(units)
-        self.hidden_units = self.units if hidden_units is None else _check_units(hidden_units, "hidden_units")
+        self.hidden_units = (
+            self.units if hidden_units is None else _check_units(hidden_units, "hidden_units")
+        )
         self.activation = _keras_object(keras.activations, activation, "activation", _ACTIVATION)
         self.kernel_initializer = _initializer(kernel_initializer, "kernel_initializer")
         self.kernel_regularizer = _regularizer(kernel_regularizer, "kernel_regularizer")
-        self.hidden = CustomDense(self.hidden_units, activation=self.activation, name="hidden", **self._dense_args(0))
+        self.hidden = CustomDense(
+            self.hidden_units, activation=self.activation, name="hidden", **self._dense_args(0)
+        )
         self.output_dense = CustomDense(self.units, name="output", **self._dense_args(1))
         self.projection: CustomDense | None = None
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
@@ -344,12 +370,16 @@ class ResidualBlock(keras.layers.Layer):
         self.hidden.build(input_shape)
         self.output_dense.build(input_shape[:-1] + (self.hidden_units,))
         if input_shape[-1] != self.units:
-            self.projection = CustomDense(self.units, use_bias=False, name="projection", **self._dense_args(2))
+            self.projection = CustomDense(
+                self.units, use_bias=False, name="projection", **self._dense_args(2)
+            )
             self.projection.build(input_shape)
 
     def call(self, inputs: Any) -> Any:
         shortcut = inputs if self.projection is None else self.projection(inputs)
-        return self.output_dense(self.hidden(inputs)) + shortcut  # not ops.add: see AdditiveGaussianNoise
+        return (
+            self.output_dense(self.hidden(inputs)) + shortcut
+        )  # not ops.add: see AdditiveGaussianNoise
 
     def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
         return tuple(input_shape[:-1]) + (self.units,)

@@ -66,7 +66,9 @@ def _check_image_shape(image_shape: Any, name: str = "image_shape") -> tuple[int
     what = f"(height, width, channels): 3 ints, sides >= {MIN_IMAGE_SIDE}, channels >= 1"
     shape = check_sequence(image_shape, name, what)
     if len(shape) != 3:
-        raise ValueError(f"{name}: expected {what} (one image, no batch axis), got {describe(image_shape)}")
+        raise ValueError(
+            f"{name}: expected {what} (one image, no batch axis), got {describe(image_shape)}"
+        )
     height, width, channels = shape
     return (
         check_int(height, f"{name}[0]", minimum=MIN_IMAGE_SIDE, maximum=MAX_IMAGE_SIDE),
@@ -110,7 +112,9 @@ def image_branch(
     first, second = _check_widths(filters, "filters", 2)
     units = _check_width(units, "units")
     name = check_str(name, "name")
-    stack = [] if image_shape is None else [keras.Input(_check_image_shape(image_shape), name="image")]
+    stack = (
+        [] if image_shape is None else [keras.Input(_check_image_shape(image_shape), name="image")]
+    )
     return keras.Sequential(
         stack
         + [
@@ -148,7 +152,11 @@ def meta_branch(
     """
     hidden, features = _check_widths(units, "units", 2)
     name = check_str(name, "name")
-    stack = [] if meta_dim is None else [keras.Input((_check_width(meta_dim, "meta_dim"),), name="meta")]
+    stack = (
+        []
+        if meta_dim is None
+        else [keras.Input((_check_width(meta_dim, "meta_dim"),), name="meta")]
+    )
     return keras.Sequential(
         stack
         + [
@@ -219,7 +227,9 @@ def functional_multimodal(
     meta_dim = _check_width(meta_dim, "meta_dim")
     num_classes = _check_width(num_classes, "num_classes", minimum=2)
     filters = _check_widths(filters, "filters", 2)
-    image_units = _check_width(image_units, "image_units")  # named here: image_branch calls it units
+    image_units = _check_width(
+        image_units, "image_units"
+    )  # named here: image_branch calls it units
     meta_units = _check_widths(meta_units, "meta_units", 2)
     fused_units = _check_width(fused_units, "fused_units")
     name = check_str(name, "name")
@@ -256,7 +266,9 @@ def _shape_text(value: Any) -> str:
 def _check_batch_shape(shape: Any, name: str, rank: int) -> tuple[int | None, ...]:
     """``shape`` as a tuple of ``rank`` dimensions (batch first), or a ValueError naming ``name``."""
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != rank:
-        raise ValueError(f"{name}: expected a shape of rank {rank} (batch axis first), got {describe(shape)}")
+        raise ValueError(
+            f"{name}: expected a shape of rank {rank} (batch axis first), got {describe(shape)}"
+        )
     return tuple(shape)
 
 
@@ -276,12 +288,15 @@ def _check_inputs(inputs: Any) -> None:
     images, meta = _split_pair(inputs, "inputs")
     image_shape, meta_shape = _static_shape(images), _static_shape(meta)
     if image_shape is not None and (
-        len(image_shape) != 4 or any(side is not None and side < MIN_IMAGE_SIDE for side in image_shape[1:3])
+        len(image_shape) != 4
+        or any(side is not None and side < MIN_IMAGE_SIDE for side in image_shape[1:3])
     ):
         what = f"images (batch, height, width, channels) with height and width >= {MIN_IMAGE_SIDE}"
         raise ValueError(f"inputs['image']: expected {what}, got {_shape_text(images)}")
     if meta_shape is not None and len(meta_shape) != 2:
-        raise ValueError(f"inputs['meta']: expected metadata (batch, meta_dim), got {_shape_text(meta)}")
+        raise ValueError(
+            f"inputs['meta']: expected metadata (batch, meta_dim), got {_shape_text(meta)}"
+        )
 
 
 @keras.saving.register_keras_serializable(package="companion")
@@ -352,7 +367,9 @@ class MultiModalModel(keras.Model):
         image_shape = _check_batch_shape(image_shape, "input_shape['image']", 4)
         for axis in (1, 2):  # None (any size) is fine: the CNN ends in a global pooling
             if image_shape[axis] is not None:
-                check_int(image_shape[axis], f"input_shape['image'][{axis}]", minimum=MIN_IMAGE_SIDE)
+                check_int(
+                    image_shape[axis], f"input_shape['image'][{axis}]", minimum=MIN_IMAGE_SIDE
+                )
         check_int(image_shape[3], "input_shape['image'][3]", minimum=1)
         meta_shape = _check_batch_shape(meta_shape, "input_shape['meta']", 2)
         batch = image_shape[0]

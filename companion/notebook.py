@@ -13,8 +13,15 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-from companion._checks import (check_bool, check_instance, check_int, check_real, check_seed, check_sequence,
-                               describe)
+from companion._checks import (
+    check_bool,
+    check_instance,
+    check_int,
+    check_real,
+    check_seed,
+    check_sequence,
+    describe,
+)
 
 #: The most logical CPU devices ``split_cpu`` makes (replicas for ``tf.distribute`` tests, not cores).
 MAX_CPU_DEVICES = 256
@@ -85,7 +92,9 @@ def split_cpu(devices: int = 2) -> list[str]:
     current = tf.config.get_logical_device_configuration(cpu)
     if len(current or [None]) != devices:
         try:
-            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * devices
+            )
         except RuntimeError as error:
             running = len(tf.config.list_logical_devices("CPU"))
             raise RuntimeError(
@@ -171,11 +180,22 @@ def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> st
         ------  ------
         kernel  (3, 2)
     """
-    headers = check_sequence(headers, "headers", "a non-empty list or tuple of str",
-                             item=lambda header, name: check_instance(header, name, str, "a str"))
-    rows = check_sequence(rows, "rows", "a list or tuple of rows", min_length=0,
-                          item=lambda row, name: _check_row(row, name, len(headers)))
-    cells = [list(headers)] + [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in rows]
+    headers = check_sequence(
+        headers,
+        "headers",
+        "a non-empty list or tuple of str",
+        item=lambda header, name: check_instance(header, name, str, "a str"),
+    )
+    rows = check_sequence(
+        rows,
+        "rows",
+        "a list or tuple of rows",
+        min_length=0,
+        item=lambda row, name: _check_row(row, name, len(headers)),
+    )
+    cells = [list(headers)] + [
+        [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -19,7 +19,16 @@ from typing import Any
 
 import tensorflow as tf
 
-from companion._checks import check_bool, check_int, check_real, check_sequence, describe, float_tensor, is_int, is_real
+from companion._checks import (
+    check_bool,
+    check_int,
+    check_real,
+    check_sequence,
+    describe,
+    float_tensor,
+    is_int,
+    is_real,
+)
 
 Axis = int | Sequence[int] | None
 
@@ -31,7 +40,9 @@ def _check_axis(axis: Axis, rank: int | None) -> Axis:
         return None
     axes = [axis] if is_int(axis) else check_sequence(axis, "axis", what, item=check_int)
     if rank is not None and any(not -rank <= a < rank for a in axes):
-        raise ValueError(f"axis: expected values in [{-rank}, {rank}) for a rank-{rank} input, got {describe(axis)}")
+        raise ValueError(
+            f"axis: expected values in [{-rank}, {rank}) for a rank-{rank} input, got {describe(axis)}"
+        )
     distinct = {a % rank for a in axes} if rank else set(axes)
     if len(distinct) != len(axes):
         raise ValueError(f"axis: expected {what}, got {describe(axis)}")
@@ -52,7 +63,9 @@ def _bool_tensor(mask: Any, like: tf.Tensor) -> tf.Tensor:
     except ValueError as error:
         raise ValueError(f"mask: expected {what}, got shape {mask.shape}") from error
     if shape.rank is not None and like.shape.rank is not None and shape.rank > like.shape.rank:
-        raise ValueError(f"mask: expected {what} (at most rank {like.shape.rank}), got shape {mask.shape}")
+        raise ValueError(
+            f"mask: expected {what} (at most rank {like.shape.rank}), got shape {mask.shape}"
+        )
     return mask
 
 
@@ -94,12 +107,16 @@ def swish(x: Any, beta: Any = 1.0) -> tf.Tensor:
     elif _is_tensor_like(beta):
         beta = tf.convert_to_tensor(beta)  # reads a tf.Variable or keras.Variable: gradients flow
         if not beta.dtype.is_floating:
-            raise TypeError(f"beta: expected a floating-point scalar tensor, got dtype {beta.dtype.name}")
+            raise TypeError(
+                f"beta: expected a floating-point scalar tensor, got dtype {beta.dtype.name}"
+            )
         if beta.shape.rank not in (None, 0):
             raise ValueError(f"beta: expected a scalar (rank 0), got shape {beta.shape}")
         beta = tf.cast(beta, x.dtype)
     else:
-        raise TypeError(f"beta: expected a finite number or a float scalar tensor, got {describe(beta)}")
+        raise TypeError(
+            f"beta: expected a finite number or a float scalar tensor, got {describe(beta)}"
+        )
     return x * tf.sigmoid(beta * x)
 
 

@@ -97,7 +97,9 @@ def _selects(variable: Any, words: Sequence[str]) -> bool:
 
 def _check_words(words: Any, name: str, *, min_length: int = 0) -> tuple[str, ...]:
     """A list or tuple of non-empty strings (an empty one would match every variable)."""
-    return check_sequence(words, name, "a list or tuple of non-empty str", item=check_str, min_length=min_length)
+    return check_sequence(
+        words, name, "a list or tuple of non-empty str", item=check_str, min_length=min_length
+    )
 
 
 def _check_learning_rate(value: Any) -> Any:
@@ -105,8 +107,10 @@ def _check_learning_rate(value: Any) -> Any:
     if isinstance(value, keras.optimizers.schedules.LearningRateSchedule) or callable(value):
         return value
     if not is_real(value):
-        raise TypeError(f"learning_rate: expected a number, a LearningRateSchedule or a callable,"
-                        f" got {describe(value)}")
+        raise TypeError(
+            f"learning_rate: expected a number, a LearningRateSchedule or a callable,"
+            f" got {describe(value)}"
+        )
     return check_real(value, "learning_rate", minimum=0, dtype="float32")
 
 
@@ -119,7 +123,8 @@ def _finite_learning_rate(learning_rate: tf.Tensor) -> tf.Tensor:
     lr = tf.debugging.check_numerics(
         learning_rate,
         "learning_rate: expected a finite number from the optimizer's learning rate or schedule, got NaN or inf;"
-        " the step was not applied")
+        " the step was not applied",
+    )
     return tf.where(tf.math.is_finite(lr), lr, tf.zeros_like(lr))
 
 
@@ -192,7 +197,9 @@ class AdamW(keras.optimizers.Optimizer):
         self.beta_2 = check_fraction(beta_2, "beta_2", below_one=True)
         self.epsilon = check_real(epsilon, "epsilon", minimum=FLOAT32_TINY, dtype="float32")
         self.decay_rate = check_real(weight_decay, "weight_decay", minimum=0, dtype="float32")
-        self.epsilon_placement = check_choice(epsilon_placement, "epsilon_placement", ("keras", "paper"))
+        self.epsilon_placement = check_choice(
+            epsilon_placement, "epsilon_placement", ("keras", "paper")
+        )
         self.exclude_from_decay = _check_words(exclude_from_decay, "exclude_from_decay")
 
     def build(self, variables: list[Any]) -> None:
@@ -200,9 +207,15 @@ class AdamW(keras.optimizers.Optimizer):
         if self.built:
             return
         super().build(variables)
-        self._momentums, self._velocities = self.add_optimizer_variables(variables, ["momentum", "velocity"])
-        self._decayed = [self.decay_rate > 0 and self._use_weight_decay(v)
-                         and not _name_matches(v, self.exclude_from_decay) for v in variables]
+        self._momentums, self._velocities = self.add_optimizer_variables(
+            variables, ["momentum", "velocity"]
+        )
+        self._decayed = [
+            self.decay_rate > 0
+            and self._use_weight_decay(v)
+            and not _name_matches(v, self.exclude_from_decay)
+            for v in variables
+        ]
 
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         """Decay ``variable``, then take one Adam step with ``gradient``."""
@@ -217,15 +230,27 @@ class AdamW(keras.optimizers.Optimizer):
         if self._decayed[index]:
             self.assign_sub(variable, variable * ops.cast(self.decay_rate, dtype) * lr)
         alpha = lr * ops.sqrt(1 - beta_2_power) / (1 - beta_1_power)
-        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))  # 1 - beta in Python
+        self.assign_add(
+            m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1)
+        )  # 1 - beta in Python
         self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
-        epsilon = self.epsilon if self.epsilon_placement == "keras" else self.epsilon * ops.sqrt(1 - beta_2_power)
+        epsilon = (
+            self.epsilon
+            if self.epsilon_placement == "keras"
+            else self.epsilon * ops.sqrt(1 - beta_2_power)
+        )
         self.assign_sub(variable, ops.divide(ops.multiply(m, alpha), ops.add(ops.sqrt(v), epsilon)))
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update(beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, weight_decay=self.decay_rate,
-                      epsilon_placement=self.epsilon_placement, exclude_from_decay=list(self.exclude_from_decay))
+        config.update(
+            beta_1=self.beta_1,
+            beta_2=self.beta_2,
+            epsilon=self.epsilon,
+            weight_decay=self.decay_rate,
+            epsilon_placement=self.epsilon_placement,
+            exclude_from_decay=list(self.exclude_from_decay),
+        )
         return config
 
 
@@ -320,7 +345,9 @@ class GaussianNoise(GradientTransform):
             if gradient is not None:
                 gradient = tf.convert_to_tensor(gradient)
                 seed = tf.stack([tf.constant(self.seed, tf.int64), step * len(gradients) + index])
-                noise = tf.random.stateless_normal(tf.shape(gradient), seed=seed, dtype=gradient.dtype)
+                noise = tf.random.stateless_normal(
+                    tf.shape(gradient), seed=seed, dtype=gradient.dtype
+                )
                 gradient = gradient + tf.cast(scale, gradient.dtype) * noise
             noisy.append(gradient)
         return noisy
@@ -344,7 +371,9 @@ class TopK(GradientTransform):
         self.fraction = check_fraction(fraction, "fraction", above_zero=True)
 
     def build(self, optimizer: keras.optimizers.Optimizer, variables: list[Any]) -> None:
-        self.kept = optimizer.add_variable((), initializer="ones", aggregation="only_first_replica", name="kept")
+        self.kept = optimizer.add_variable(
+            (), initializer="ones", aggregation="only_first_replica", name="kept"
+        )
 
     def __call__(self, gradients: list[Any], variables: list[Any], step: Any) -> list[Any]:
         sparse, kept, total = [], [], 0
@@ -387,15 +416,20 @@ class TaskWeights(GradientTransform):
     def __init__(self, weights: Mapping[str, float]) -> None:
         what = "a mapping from non-empty str (part of variable paths) to a number >= 0"
         check_instance(weights, "weights", Mapping, what)
-        self.weights = {check_str(key, "weights", what): check_real(value, f"weights[{key!r}]", minimum=0,
-                                                                     dtype="float32")
-                        for key, value in weights.items()}
+        self.weights = {
+            check_str(key, "weights", what): check_real(
+                value, f"weights[{key!r}]", minimum=0, dtype="float32"
+            )
+            for key, value in weights.items()
+        }
 
     def build(self, optimizer: keras.optimizers.Optimizer, variables: list[Any]) -> None:
         unmatched = [key for key in self.weights if not any(key in _path(v) for v in variables)]
         if unmatched:
-            raise ValueError(f"weights: expected keys found in variable paths, got {unmatched[0]!r}, "
-                             f"which matches none of {[_path(v) for v in variables][:6]}")
+            raise ValueError(
+                f"weights: expected keys found in variable paths, got {unmatched[0]!r}, "
+                f"which matches none of {[_path(v) for v in variables][:6]}"
+            )
 
     def __call__(self, gradients: list[Any], variables: list[Any], step: Any) -> list[Any]:
         return [g if g is None else g * self._factor(v) for g, v in zip(gradients, variables)]
@@ -416,7 +450,9 @@ class _Wrapper(keras.optimizers.Optimizer):
     """
 
     def __init__(self, optimizer: keras.optimizers.Optimizer, name: str | None = None) -> None:
-        check_instance(optimizer, "optimizer", keras.optimizers.Optimizer, "a keras.optimizers.Optimizer")
+        check_instance(
+            optimizer, "optimizer", keras.optimizers.Optimizer, "a keras.optimizers.Optimizer"
+        )
         if name is not None:
             check_str(name, "name", "a non-empty str or None")
         super().__init__(learning_rate=0.0, name=name)
@@ -437,7 +473,9 @@ class _Wrapper(keras.optimizers.Optimizer):
         """Create the wrapper's own variables."""
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> None:
-        variables = list(self._trainable_variables if trainable_variables is None else trainable_variables)
+        variables = list(
+            self._trainable_variables if trainable_variables is None else trainable_variables
+        )
         if not self.built:
             self.build(variables)
         self._apply(list(grads), variables)
@@ -465,12 +503,17 @@ class _Wrapper(keras.optimizers.Optimizer):
         self.inner_optimizer.finalize_variable_values(var_list)
 
     def get_config(self) -> dict[str, Any]:
-        return {"name": self.name, "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer)}
+        return {
+            "name": self.name,
+            "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
+        }
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> _Wrapper:
         config = dict(config)
-        optimizer = keras.saving.deserialize_keras_object(config.pop("optimizer"), custom_objects=custom_objects)
+        optimizer = keras.saving.deserialize_keras_object(
+            config.pop("optimizer"), custom_objects=custom_objects
+        )
         return cls(optimizer, **config)
 
 
@@ -522,8 +565,14 @@ class TransformGradients(_Wrapper):
         name: str | None = None,
     ) -> None:
         transforms = check_sequence(
-            transforms, "transforms", "a list or tuple of GradientTransform", min_length=0,
-            item=lambda transform, name: check_instance(transform, name, GradientTransform, "a GradientTransform"))
+            transforms,
+            "transforms",
+            "a list or tuple of GradientTransform",
+            min_length=0,
+            item=lambda transform, name: check_instance(
+                transform, name, GradientTransform, "a GradientTransform"
+            ),
+        )
         record_update_norms = check_bool(record_update_norms, "record_update_norms")
         super().__init__(optimizer, name=name)
         self._transforms = transforms  # a tuple: the tracker leaves it alone
@@ -536,9 +585,18 @@ class TransformGradients(_Wrapper):
     def _build_own(self, variables: list[Any]) -> None:
         for transform in self._transforms:
             transform.build(self, variables)
-        self._norms = [self.add_variable((), aggregation="only_first_replica",
-                                         name=f"{_path(v).replace('/', '_')}_update_norm")
-                       for v in variables] if self.record_update_norms else []
+        self._norms = (
+            [
+                self.add_variable(
+                    (),
+                    aggregation="only_first_replica",
+                    name=f"{_path(v).replace('/', '_')}_update_norm",
+                )
+                for v in variables
+            ]
+            if self.record_update_norms
+            else []
+        )
 
     def _apply(self, gradients: list[Any], variables: list[Any]) -> None:
         if self._transforms:
@@ -554,7 +612,8 @@ class TransformGradients(_Wrapper):
         present = [i for i, g in enumerate(gradients) if g is not None]
         if replicas > 1:
             summed = tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, [tf.convert_to_tensor(gradients[i]) for i in present])
+                tf.distribute.ReduceOp.SUM, [tf.convert_to_tensor(gradients[i]) for i in present]
+            )
             gradients = list(gradients)
             for i, g in zip(present, summed):
                 gradients[i] = g
@@ -568,20 +627,27 @@ class TransformGradients(_Wrapper):
         return {_path(v): float(n.numpy()) for v, n in zip(self._trainable_variables, self._norms)}
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "record_update_norms": self.record_update_norms,
-                "transforms": [keras.saving.serialize_keras_object(t) for t in self._transforms]}
+        return {
+            **super().get_config(),
+            "record_update_norms": self.record_update_norms,
+            "transforms": [keras.saving.serialize_keras_object(t) for t in self._transforms],
+        }
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> TransformGradients:
         config = dict(config)
-        config["transforms"] = [keras.saving.deserialize_keras_object(t, custom_objects=custom_objects)
-                                for t in config.get("transforms", [])]
+        config["transforms"] = [
+            keras.saving.deserialize_keras_object(t, custom_objects=custom_objects)
+            for t in config.get("transforms", [])
+        ]
         return super().from_config(config, custom_objects)
 
 
 def _copy_of(variable: Any) -> Any:
     """An initializer returning ``variable``'s value when the new variable is initialized."""
-    return lambda shape, dtype=None: ops.cast(ops.convert_to_tensor(variable), dtype or variable.dtype)
+    return lambda shape, dtype=None: ops.cast(
+        ops.convert_to_tensor(variable), dtype or variable.dtype
+    )
 
 
 @register
@@ -608,8 +674,13 @@ class Lookahead(_Wrapper):
         1.0
     """
 
-    def __init__(self, optimizer: keras.optimizers.Optimizer, sync_period: int = 5,
-                 slow_step_size: float = 0.5, name: str | None = None) -> None:
+    def __init__(
+        self,
+        optimizer: keras.optimizers.Optimizer,
+        sync_period: int = 5,
+        slow_step_size: float = 0.5,
+        name: str | None = None,
+    ) -> None:
         super().__init__(optimizer, name=name)
         self.sync_period = check_int(sync_period, "sync_period", minimum=1, maximum=MAX_STEP)
         self.slow_step_size = check_fraction(slow_step_size, "slow_step_size", above_zero=True)
@@ -618,11 +689,16 @@ class Lookahead(_Wrapper):
         # An initializer, not an assign after creation: Keras may create the variables lazily
         # (model.fit builds the optimizer in a scope that initializes them later), which would
         # overwrite an assigned value with the initializer's.
-        self._slow = [self.add_variable_from_reference(v, name="slow", initializer=_copy_of(v)) for v in variables]
+        self._slow = [
+            self.add_variable_from_reference(v, name="slow", initializer=_copy_of(v))
+            for v in variables
+        ]
 
     def _apply(self, gradients: list[Any], variables: list[Any]) -> None:
         self.inner_optimizer.apply(gradients, variables)
-        tf.__internal__.distribute.interim.maybe_merge_call(self._sync, tf.distribute.get_strategy(), variables)
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            self._sync, tf.distribute.get_strategy(), variables
+        )
 
     def _sync(self, strategy: tf.distribute.Strategy, variables: list[Any]) -> None:
         """In cross-replica context (``merge_call``): every ``k`` steps, move the slow weights, reset the fast."""
@@ -631,15 +707,27 @@ class Lookahead(_Wrapper):
         def synchronize() -> tf.Tensor:
             for fast in variables:
                 slow = self._slow[self._get_variable_index(fast)].value
-                strategy.extended.update(slow, lambda s, f: s.assign_add(alpha * (f - s)), args=(fast.value,),
-                                         group=False)
-                strategy.extended.update(fast.value, lambda f, s: f.assign(s), args=(slow,), group=False)
+                strategy.extended.update(
+                    slow,
+                    lambda s, f: s.assign_add(alpha * (f - s)),
+                    args=(fast.value,),
+                    group=False,
+                )
+                strategy.extended.update(
+                    fast.value, lambda f, s: f.assign(s), args=(slow,), group=False
+                )
             return tf.constant(True)
 
-        tf.cond(tf.equal(self.iterations % self.sync_period, 0), synchronize, lambda: tf.constant(False))
+        tf.cond(
+            tf.equal(self.iterations % self.sync_period, 0), synchronize, lambda: tf.constant(False)
+        )
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "sync_period": self.sync_period, "slow_step_size": self.slow_step_size}
+        return {
+            **super().get_config(),
+            "sync_period": self.sync_period,
+            "slow_step_size": self.slow_step_size,
+        }
 
 
 class UpdateNormLogger(keras.callbacks.Callback):
@@ -666,11 +754,20 @@ class UpdateNormLogger(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if logs is not None:
-            logs.update({f"update_norm/{path}": norm for path, norm in self.recorder.update_norms().items()})
+            logs.update(
+                {f"update_norm/{path}": norm for path, norm in self.recorder.update_norms().items()}
+            )
 
 
-def polynomial_sparsity(step: Any, *, target_sparsity: float, begin_step: int, end_step: int,
-                        initial_sparsity: float = 0.0, power: float = 3.0) -> Any:
+def polynomial_sparsity(
+    step: Any,
+    *,
+    target_sparsity: float,
+    begin_step: int,
+    end_step: int,
+    initial_sparsity: float = 0.0,
+    power: float = 3.0,
+) -> Any:
     """The sparsity schedule of Zhu & Gupta (2017): fast at first, levelling off at the target.
 
     ``s(t) = target + (initial - target) * (1 - (t - begin) / (end - begin)) ** power`` for
@@ -705,7 +802,9 @@ def polynomial_sparsity(step: Any, *, target_sparsity: float, begin_step: int, e
     if ops.is_tensor(step):
         progress = ops.clip((ops.cast(step, "float32") - begin) / span, 0.0, 1.0)
     else:
-        progress = min(max((check_int(step, "step", minimum=0, maximum=MAX_STEP) - begin) / span, 0.0), 1.0)
+        progress = min(
+            max((check_int(step, "step", minimum=0, maximum=MAX_STEP) - begin) / span, 0.0), 1.0
+        )
     return target + (initial - target) * (1.0 - progress) ** power
 
 
@@ -738,8 +837,12 @@ def sparsity(variables: Any) -> float:
     """
     what = "a layer, model, array or variable, or a list or tuple of them, with at least one weight"
     if isinstance(variables, keras.layers.Layer):
-        arrays = [_weights_array(v, "variables") for v in variables.weights if _selects(v, ("kernel",))]
-    elif isinstance(variables, np.ndarray) or ops.is_tensor(variables):  # Keras and TF variables too
+        arrays = [
+            _weights_array(v, "variables") for v in variables.weights if _selects(v, ("kernel",))
+        ]
+    elif isinstance(variables, np.ndarray) or ops.is_tensor(
+        variables
+    ):  # Keras and TF variables too
         arrays = [_weights_array(variables, "variables")]
     else:
         arrays = check_sequence(variables, "variables", what, item=_weights_array)
@@ -789,12 +892,21 @@ class MagnitudePruning(keras.callbacks.Callback):
         0.75
     """
 
-    def __init__(self, target_sparsity: float, *, begin_step: int = 0, end_step: int = 1000,
-                 frequency: int = 100, include: Sequence[str] = ("kernel",)) -> None:
+    def __init__(
+        self,
+        target_sparsity: float,
+        *,
+        begin_step: int = 0,
+        end_step: int = 1000,
+        frequency: int = 100,
+        include: Sequence[str] = ("kernel",),
+    ) -> None:
         super().__init__()
         self.target_sparsity = check_fraction(target_sparsity, "target_sparsity", below_one=True)
         self.begin_step = check_int(begin_step, "begin_step", minimum=0, maximum=MAX_STEP - 1)
-        self.end_step = check_int(end_step, "end_step", minimum=self.begin_step + 1, maximum=MAX_STEP)
+        self.end_step = check_int(
+            end_step, "end_step", minimum=self.begin_step + 1, maximum=MAX_STEP
+        )
         self.frequency = check_int(frequency, "frequency", minimum=1)
         self.include = _check_words(include, "include", min_length=1)
         self.step, self.masks = 0, {}
@@ -802,8 +914,10 @@ class MagnitudePruning(keras.callbacks.Callback):
     def on_train_begin(self, logs: Any = None) -> None:
         self.pruned = [v for v in self.model.trainable_weights if _selects(v, self.include)]
         if not self.pruned:
-            raise ValueError(f"include: expected parts of the names or paths of the model's variables,"
-                             f" got {describe(self.include)}")
+            raise ValueError(
+                f"include: expected parts of the names or paths of the model's variables,"
+                f" got {describe(self.include)}"
+            )
         self._apply_masks()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
@@ -811,10 +925,17 @@ class MagnitudePruning(keras.callbacks.Callback):
             self.on_train_begin()
         self.step += 1
         due = self.begin_step <= self.step <= self.end_step and (
-            (self.step - self.begin_step) % self.frequency == 0 or self.step == self.end_step)
+            (self.step - self.begin_step) % self.frequency == 0 or self.step == self.end_step
+        )
         if due:
-            self._update_masks(polynomial_sparsity(self.step, target_sparsity=self.target_sparsity,
-                                                   begin_step=self.begin_step, end_step=self.end_step))
+            self._update_masks(
+                polynomial_sparsity(
+                    self.step,
+                    target_sparsity=self.target_sparsity,
+                    begin_step=self.begin_step,
+                    end_step=self.end_step,
+                )
+            )
         self._apply_masks()
 
     def _update_masks(self, level: float) -> None:

@@ -113,13 +113,19 @@ def cv2_blur(image: np.ndarray, ksize: int = 5, sigma: float = 0.0) -> np.ndarra
 
     ksize, sigma = check_ksize(ksize), check_sigma(sigma)
     if not isinstance(image, np.ndarray):
-        raise TypeError(f"image: expected a NumPy array (call .numpy() on a tensor), got {describe(image)}")
+        raise TypeError(
+            f"image: expected a NumPy array (call .numpy() on a tensor), got {describe(image)}"
+        )
     if image.dtype not in OPENCV_DTYPES:
         raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype}")
     if image.ndim not in (2, 3, 4):
-        raise ValueError(f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}")
+        raise ValueError(
+            f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}"
+        )
     if image.ndim == 4:
-        return np.stack([cv2_blur(one, ksize, sigma) for one in image]) if len(image) else image.copy()
+        return (
+            np.stack([cv2_blur(one, ksize, sigma) for one in image]) if len(image) else image.copy()
+        )
     blurred = cv2.GaussianBlur(image, (ksize, ksize), sigma, borderType=cv2.BORDER_REFLECT_101)
     return blurred.reshape(image.shape)  # OpenCV drops a trailing channel axis of size 1
 
@@ -134,7 +140,9 @@ def _opencv_tensor(image: Any) -> tf.Tensor:
     if image.dtype.as_numpy_dtype not in OPENCV_DTYPES:
         raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype.name}")
     if image.shape.rank not in (2, 3, 4):
-        raise ValueError(f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}")
+        raise ValueError(
+            f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}"
+        )
     return image
 
 
@@ -229,7 +237,9 @@ def _separable_blur(images: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """
     pad = kernel.shape[0] // 2
     dynamic = tf.shape(images)
-    batch, height, width, channels = (images.shape[i] if images.shape[i] is not None else dynamic[i] for i in range(4))
+    batch, height, width, channels = (
+        images.shape[i] if images.shape[i] is not None else dynamic[i] for i in range(4)
+    )
     x = tf.reshape(_reflect(images, pad, 2), [batch, height, (width + 2 * pad) * channels])
     x = sum(kernel[j] * x[:, :, j * channels : (j + width) * channels] for j in range(2 * pad + 1))
     x = _reflect(x, pad, 1)
@@ -247,7 +257,9 @@ def _float_images(images: Any, name: str, ksize: int) -> tf.Tensor:
     """``images`` as a float tensor of rank 3 or 4 whose sides reflect padding for ``ksize`` takes."""
     images = float_tensor(images, name)
     if images.shape.rank not in (3, 4):
-        raise ValueError(f"{name}: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {images.shape}")
+        raise ValueError(
+            f"{name}: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {images.shape}"
+        )
     if any(d is not None and d <= ksize // 2 for d in images.shape[-3:-1]):
         raise ValueError(
             f"{name}: expected height and width > ksize // 2 = {ksize // 2} for reflect "

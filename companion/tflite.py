@@ -24,7 +24,9 @@ __all__ = ["convert", "refused_ops", "run"]
 _REFUSED = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")
 
 
-def convert(saved_model_dir: str | os.PathLike, *, select_tf_ops: bool = False, custom_ops: bool = False) -> bytes:
+def convert(
+    saved_model_dir: str | os.PathLike, *, select_tf_ops: bool = False, custom_ops: bool = False
+) -> bytes:
     """Convert a SavedModel directory to a TFLite flatbuffer.
 
     Args:
@@ -51,11 +53,17 @@ def convert(saved_model_dir: str | os.PathLike, *, select_tf_ops: bool = False, 
         >>> convert(path)[4:8]
         b'TFL3'
     """
-    select_tf_ops, custom_ops = check_bool(select_tf_ops, "select_tf_ops"), check_bool(custom_ops, "custom_ops")
+    select_tf_ops, custom_ops = (
+        check_bool(select_tf_ops, "select_tf_ops"),
+        check_bool(custom_ops, "custom_ops"),
+    )
     saved_model_dir = _check_saved_model_dir(saved_model_dir)
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir))
     if select_tf_ops:
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.TFLITE_BUILTINS,
+            tf.lite.OpsSet.SELECT_TF_OPS,
+        ]
     converter.allow_custom_ops = custom_ops
     return converter.convert()
 
@@ -63,8 +71,10 @@ def convert(saved_model_dir: str | os.PathLike, *, select_tf_ops: bool = False, 
 def _check_saved_model_dir(value: Any) -> Path:
     path = check_path(value, "saved_model_dir")
     if not (path / "saved_model.pb").is_file():
-        raise ValueError(f"saved_model_dir: expected an existing SavedModel directory (with saved_model.pb), "
-                         f"got {describe(value)}")
+        raise ValueError(
+            f"saved_model_dir: expected an existing SavedModel directory (with saved_model.pb), "
+            f"got {describe(value)}"
+        )
     return path
 
 
@@ -92,11 +102,17 @@ def _checked_batch(inputs: Any, detail: dict[str, Any]) -> np.ndarray:
     except (TypeError, ValueError) as error:
         raise TypeError(f"inputs: expected {what}, got {describe(inputs)}") from error
     if not np.can_cast(batch.dtype, dtype, "same_kind") or batch.dtype.kind not in "biuf":
-        raise TypeError(f"inputs: expected {what}, got {type(inputs).__name__} of dtype {batch.dtype}"
-                        f" (it does not cast to {dtype} within its kind)")
+        raise TypeError(
+            f"inputs: expected {what}, got {type(inputs).__name__} of dtype {batch.dtype}"
+            f" (it does not cast to {dtype} within its kind)"
+        )
     signature = detail["shape_signature"]
-    if batch.ndim != len(signature) or any(0 <= size != got for size, got in zip(signature, batch.shape)):
-        raise ValueError(f"inputs: expected {what}, got {type(inputs).__name__} of shape {batch.shape}")
+    if batch.ndim != len(signature) or any(
+        0 <= size != got for size, got in zip(signature, batch.shape)
+    ):
+        raise ValueError(
+            f"inputs: expected {what}, got {type(inputs).__name__} of shape {batch.shape}"
+        )
     return batch.astype(dtype, copy=False)
 
 
@@ -143,10 +159,13 @@ def _interpreter(model_bytes: Any) -> Any:
     if model_bytes[4:8] != b"TFL3":  # the flatbuffer's file identifier
         raise ValueError(f"model_bytes: expected {what}, got {describe(model_bytes)}")
     with warnings.catch_warnings():  # TF 2.20+ points to LiteRT, the interpreter's new home
-        warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated", category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message=".*tf.lite.Interpreter is deprecated", category=UserWarning
+        )
         interpreter = tf.lite.Interpreter(model_content=model_bytes)
     inputs = len(interpreter.get_input_details())
     if inputs != 1:
-        raise ValueError(f"model_bytes: expected {what} with one input, got a model of {inputs} inputs")
+        raise ValueError(
+            f"model_bytes: expected {what} with one input, got a model of {inputs} inputs"
+        )
     return interpreter
-

@@ -18,8 +18,14 @@ from typing import Any
 
 import tensorflow as tf
 
-from companion._checks import (check_callable, check_instance, check_int, check_real, check_str,
-                               describe)
+from companion._checks import (
+    check_callable,
+    check_instance,
+    check_int,
+    check_real,
+    check_str,
+    describe,
+)
 from companion.notebook import gpu_available
 
 #: Limits that refuse a count that would run for days, before any work.

@@ -35,8 +35,17 @@ import numpy as np
 import tensorflow as tf
 
 from companion._checks import (
-    check_bool, check_callable, check_choice, check_instance, check_int, check_path, check_real, check_sequence,
-    describe, dtype_max, is_real,
+    check_bool,
+    check_callable,
+    check_choice,
+    check_instance,
+    check_int,
+    check_path,
+    check_real,
+    check_sequence,
+    describe,
+    dtype_max,
+    is_real,
 )
 
 __all__ = ["NonFiniteError", "fit", "make_eval_step", "make_train_step"]
@@ -92,21 +101,41 @@ class NonFiniteError(FloatingPointError):
 
     #: What can stop training, each with what the message says about it and about the weights.
     CAUSES = {
-        "loss": ("loss is {loss}", "training stopped before applying that step's gradients, so the model keeps the "
-                 "weights from before it"),
-        "gradients": ("gradients are not finite (loss {loss:.4g})", "training stopped before applying that step's "
-                      "gradients, so the model keeps the weights from before it"),
-        "learning_rate": ("the learning rate is not finite (loss {loss:.4g})", "training stopped before applying "
-                          "that step's gradients, so the model keeps the weights from before it"),
-        "weights": ("weights are not finite after the update (loss {loss:.4g})", "the optimizer's step made them "
-                    "so (check its learning rate and settings); training stopped after that step, so the model "
-                    "holds those non-finite weights"),
-        "val_loss": ("val_loss is {loss} on validation_data", "check validation_data for NaN or infinite values; "
-                     "training stopped after that epoch's training, whose weights the model keeps"),
+        "loss": (
+            "loss is {loss}",
+            "training stopped before applying that step's gradients, so the model keeps the "
+            "weights from before it",
+        ),
+        "gradients": (
+            "gradients are not finite (loss {loss:.4g})",
+            "training stopped before applying that step's "
+            "gradients, so the model keeps the weights from before it",
+        ),
+        "learning_rate": (
+            "the learning rate is not finite (loss {loss:.4g})",
+            "training stopped before applying "
+            "that step's gradients, so the model keeps the weights from before it",
+        ),
+        "weights": (
+            "weights are not finite after the update (loss {loss:.4g})",
+            "the optimizer's step made them "
+            "so (check its learning rate and settings); training stopped after that step, so the model "
+            "holds those non-finite weights",
+        ),
+        "val_loss": (
+            "val_loss is {loss} on validation_data",
+            "check validation_data for NaN or infinite values; "
+            "training stopped after that epoch's training, whose weights the model keeps",
+        ),
     }
 
     def __init__(
-        self, epoch: int, step: int, loss: float, history: dict[str, list[float]], cause: str | None = None
+        self,
+        epoch: int,
+        step: int,
+        loss: float,
+        history: dict[str, list[float]],
+        cause: str | None = None,
     ) -> None:
         epoch, step = check_int(epoch, "epoch", minimum=1), check_int(step, "step", minimum=1)
         if not is_real(loss):
@@ -114,14 +143,26 @@ class NonFiniteError(FloatingPointError):
         loss = float(loss)
         what = "a dict from names to lists of floats"
         history = check_instance(history, "history", dict, what)
-        if not all(isinstance(key, str) and isinstance(values, list) for key, values in history.items()):
+        if not all(
+            isinstance(key, str) and isinstance(values, list) for key, values in history.items()
+        ):
             raise TypeError(f"history: expected {what}, got {describe(history)}")
         if cause is None:
             cause = "loss" if not math.isfinite(loss) else "gradients"
         what, outcome = self.CAUSES[check_choice(cause, "cause", tuple(self.CAUSES))]
-        where = f"epoch {epoch}, validation step {step}" if cause == "val_loss" else f"epoch {epoch}, step {step}"
+        where = (
+            f"epoch {epoch}, validation step {step}"
+            if cause == "val_loss"
+            else f"epoch {epoch}, step {step}"
+        )
         super().__init__(f"{what.format(loss=loss)} at {where}: {outcome}")
-        self.epoch, self.step, self.loss, self.history, self.cause = epoch, step, loss, history, cause
+        self.epoch, self.step, self.loss, self.history, self.cause = (
+            epoch,
+            step,
+            loss,
+            history,
+            cause,
+        )
 
 
 def _check_model(model: Any) -> keras.Model:
@@ -141,19 +182,25 @@ def _check_trainable(model: keras.Model) -> list[Any]:
     _check_built(model)
     variables = list(model.trainable_variables)
     if not variables:
-        raise ValueError(f"model: expected trainable variables, got none in {type(model).__name__} "
-                         f"{model.name!r} (is every layer frozen?)")
+        raise ValueError(
+            f"model: expected trainable variables, got none in {type(model).__name__} "
+            f"{model.name!r} (is every layer frozen?)"
+        )
     return variables
 
 
-def _check_inputs(model: keras.Model, dataset: tf.data.Dataset, name: str, strategy: tf.distribute.Strategy) -> None:
+def _check_inputs(
+    model: keras.Model, dataset: tf.data.Dataset, name: str, strategy: tf.distribute.Strategy
+) -> None:
     """Run the model symbolically (no data) on the inputs of ``dataset``, the argument ``name``.
 
     An unbuilt model is built for them, as ``model.fit`` does; inputs a built model does not take
     are refused here, before training, rather than when the step is traced.
     """
     input_spec = dataset.element_spec[0]
-    symbolic = tf.nest.map_structure(lambda spec: keras.KerasTensor(spec.shape, spec.dtype), input_spec)
+    symbolic = tf.nest.map_structure(
+        lambda spec: keras.KerasTensor(spec.shape, spec.dtype), input_spec
+    )
     try:
         if model.built:
             model.compute_output_spec(symbolic)
@@ -162,17 +209,23 @@ def _check_inputs(model: keras.Model, dataset: tf.data.Dataset, name: str, strat
                 model(symbolic, training=False)
     except (TypeError, ValueError) as error:
         reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-        raise ValueError(f"{name}: expected inputs the model takes, got {_shown(input_spec)}: "
-                         f"{reason if len(reason) <= 300 else reason[:297] + '...'}") from error
+        raise ValueError(
+            f"{name}: expected inputs the model takes, got {_shown(input_spec)}: "
+            f"{reason if len(reason) <= 300 else reason[:297] + '...'}"
+        ) from error
 
 
 def _check_optimizer(optimizer: Any) -> None:
     """A Keras optimizer whose learning rate is finite now (read once; the step checks it again)."""
-    check_instance(optimizer, "optimizer", keras.optimizers.Optimizer, "a keras.optimizers.Optimizer")
+    check_instance(
+        optimizer, "optimizer", keras.optimizers.Optimizer, "a keras.optimizers.Optimizer"
+    )
     rate = _learning_rate(optimizer)
     if not math.isfinite(rate):
-        raise ValueError(f"optimizer: expected a finite learning rate, got {type(optimizer).__name__} with "
-                         f"learning_rate {rate}")
+        raise ValueError(
+            f"optimizer: expected a finite learning rate, got {type(optimizer).__name__} with "
+            f"learning_rate {rate}"
+        )
 
 
 def _learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
@@ -190,7 +243,9 @@ def _check_signature(function: Any, name: str, what: str, arguments: tuple[Any, 
     try:
         signature.bind(*arguments)
     except TypeError:
-        raise TypeError(f"{name}: expected {what}, got {describe(function)} with parameters {signature}") from None
+        raise TypeError(
+            f"{name}: expected {what}, got {describe(function)} with parameters {signature}"
+        ) from None
 
 
 def _check_loss(loss: Any) -> None:
@@ -212,8 +267,10 @@ def _check_pairs(dataset: Any, name: str) -> tf.data.Dataset:
         )
     cardinality = int(dataset.cardinality())
     if cardinality == int(tf.data.INFINITE_CARDINALITY):
-        raise ValueError(f"{name}: expected a finite dataset (an epoch is one pass over it), got an "
-                         f"infinite one; limit it, e.g. dataset.take(steps)")
+        raise ValueError(
+            f"{name}: expected a finite dataset (an epoch is one pass over it), got an "
+            f"infinite one; limit it, e.g. dataset.take(steps)"
+        )
     if cardinality == 0:
         raise ValueError(f"{name}: expected at least one batch, got an empty dataset")
     return dataset
@@ -239,8 +296,10 @@ def _check_clip_norm(clip_norm: Any) -> float | None:
     smallest, largest = _CLIP_NORM_RANGE
     number = check_real(clip_norm, "clip_norm", above=0, maximum=largest)
     if number < smallest:
-        raise ValueError(f"clip_norm: expected a finite number >= {smallest:g} (the smallest normal float32) "
-                         f"and <= {largest:g}, got {describe(clip_norm)}")
+        raise ValueError(
+            f"clip_norm: expected a finite number >= {smallest:g} (the smallest normal float32) "
+            f"and <= {largest:g}, got {describe(clip_norm)}"
+        )
     return number
 
 
@@ -250,8 +309,10 @@ def _check_log_dir(log_dir: Any) -> str | None:
         return None
     path = check_path(log_dir, "log_dir")
     if path.exists() and not path.is_dir():
-        raise ValueError(f"log_dir: expected a folder for TensorBoard's files, got {describe(log_dir)}, "
-                         f"an existing file")
+        raise ValueError(
+            f"log_dir: expected a folder for TensorBoard's files, got {describe(log_dir)}, "
+            f"an existing file"
+        )
     return os.fspath(path)
 
 
@@ -266,17 +327,30 @@ def _metric_entries(metrics: Any) -> list[MetricEntry]:
     """
     what = "a list of keras.metrics.Metric or a mapping from output key to metrics"
     if isinstance(metrics, Mapping):
-        pairs = [(key, m) for key, value in metrics.items()
-                 for m in (check_sequence(value, f"metrics[{key!r}]", "metrics", item=_check_metric, min_length=0)
-                           if isinstance(value, (list, tuple)) else [_check_metric(value, f"metrics[{key!r}]")])]
+        pairs = [
+            (key, m)
+            for key, value in metrics.items()
+            for m in (
+                check_sequence(
+                    value, f"metrics[{key!r}]", "metrics", item=_check_metric, min_length=0
+                )
+                if isinstance(value, (list, tuple))
+                else [_check_metric(value, f"metrics[{key!r}]")]
+            )
+        ]
     else:
-        pairs = [(None, m) for m in check_sequence(metrics, "metrics", what, item=_check_metric, min_length=0)]
+        pairs = [
+            (None, m)
+            for m in check_sequence(metrics, "metrics", what, item=_check_metric, min_length=0)
+        ]
     entries = [(key, m, m.name if key is None else f"{key}_{m.name}") for key, m in pairs]
     names = [name for _, _, name in entries]
     for name in names:
         if name == "loss" or names.count(name) > 1:
-            raise ValueError(f"metrics: expected metrics with distinct names other than 'loss', got "
-                             f"{describe(metrics)}, whose names clash on {name!r}")
+            raise ValueError(
+                f"metrics: expected metrics with distinct names other than 'loss', got "
+                f"{describe(metrics)}, whose names clash on {name!r}"
+            )
     return entries
 
 
@@ -285,9 +359,15 @@ def _check_strategy(strategy: Any, model: keras.Model, optimizer: Any) -> tf.dis
     if strategy is None:
         return tf.distribute.get_strategy()
     if not isinstance(strategy, tf.distribute.Strategy):
-        raise TypeError(f"strategy: expected a tf.distribute.Strategy or None, got {describe(strategy)}")
+        raise TypeError(
+            f"strategy: expected a tf.distribute.Strategy or None, got {describe(strategy)}"
+        )
     variables = list(model.variables) + (list(optimizer.variables) if optimizer is not None else [])
-    outside = [v.path for v in variables if not strategy.extended.variable_created_in_scope(_tf_variable(v))]
+    outside = [
+        v.path
+        for v in variables
+        if not strategy.extended.variable_created_in_scope(_tf_variable(v))
+    ]
     if outside:
         raise ValueError(
             f"strategy: expected the model and optimizer to be created under strategy.scope(), "
@@ -298,7 +378,9 @@ def _check_strategy(strategy: Any, model: keras.Model, optimizer: Any) -> tf.dis
 
 def _tf_variable(variable: Any) -> Any:
     """The ``tf.Variable`` behind a Keras 3 variable (the variable itself otherwise)."""
-    return getattr(variable, "value", variable) if isinstance(variable, keras.Variable) else variable
+    return (
+        getattr(variable, "value", variable) if isinstance(variable, keras.Variable) else variable
+    )
 
 
 def _batch_size(x: Any) -> tf.Tensor:
@@ -331,10 +413,14 @@ def _replica_loss(
             )
         share = values
     else:
-        global_size = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, size)
+        global_size = tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, size
+        )
         share = tf.nn.compute_average_loss(values, global_batch_size=global_size)
     if model.losses:  # regularization penalties: counted once over all replicas
-        share += tf.nn.scale_regularization_loss(tf.add_n([tf.cast(p, share.dtype) for p in model.losses]))
+        share += tf.nn.scale_regularization_loss(
+            tf.add_n([tf.cast(p, share.dtype) for p in model.losses])
+        )
     return share
 
 
@@ -369,7 +455,9 @@ def _update_metrics(entries: list[MetricEntry], y: Any, predictions: Any) -> Non
     _check_metric_keys(entries, predictions, "the model's outputs")  # runs while tracing
     _check_metric_keys(entries, y, "the targets")
     for key, metric, _ in entries:
-        metric.update_state(y if key is None else y[key], predictions if key is None else predictions[key])
+        metric.update_state(
+            y if key is None else y[key], predictions if key is None else predictions[key]
+        )
 
 
 def _clip_by_global_norm(gradients: list[Any], clip_norm: float, loss_scale: Any) -> list[Any]:
@@ -497,8 +585,12 @@ def make_train_step(
 
 
 def _train_step(
-    model: keras.Model, optimizer: keras.optimizers.Optimizer, loss: Callable[..., Any],
-    entries: list[MetricEntry], clip_norm: float | None, strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    loss: Callable[..., Any],
+    entries: list[MetricEntry],
+    clip_norm: float | None,
+    strategy: tf.distribute.Strategy,
 ) -> Callable[[Any], dict[str, tf.Tensor]]:
     """The training step of :func:`make_train_step` as a Python function (checked arguments)."""
     variables = _check_trainable(model)
@@ -518,23 +610,36 @@ def _train_step(
 
     def apply(gradients: list[Any]) -> None:
         if clip_norm is not None:
-            gradients = _clip_by_global_norm(gradients, clip_norm, optimizer.scale_loss(tf.constant(1.0)))
+            gradients = _clip_by_global_norm(
+                gradients, clip_norm, optimizer.scale_loss(tf.constant(1.0))
+            )
         optimizer.apply_gradients(zip(gradients, variables))
 
     def step(batch: Any) -> dict[str, tf.Tensor]:
         x, y = batch
         shares, gradients, nonfinite = strategy.run(forward_backward, args=(x, y))
         batch_loss = strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
-        examples = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(_batch_size, args=(x,)), axis=None)
-        applied = tf.logical_and(tf.equal(strategy.reduce(tf.distribute.ReduceOp.SUM, nonfinite, axis=None), 0),
-                                 tf.math.is_finite(tf.cast(optimizer.learning_rate, tf.float32)))
+        examples = strategy.reduce(
+            tf.distribute.ReduceOp.SUM, strategy.run(_batch_size, args=(x,)), axis=None
+        )
+        applied = tf.logical_and(
+            tf.equal(strategy.reduce(tf.distribute.ReduceOp.SUM, nonfinite, axis=None), 0),
+            tf.math.is_finite(tf.cast(optimizer.learning_rate, tf.float32)),
+        )
 
-        def apply_all() -> tf.Tensor:  # run in cross-replica context: the optimizer's merge_call needs it
+        def apply_all() -> (
+            tf.Tensor
+        ):  # run in cross-replica context: the optimizer's merge_call needs it
             strategy.run(apply, args=(gradients,))
             return _all_finite(variables)
 
         weights_finite = tf.cond(applied, apply_all, lambda: tf.constant(True))
-        return {"loss": batch_loss, "examples": examples, "applied": applied, "weights_finite": weights_finite}
+        return {
+            "loss": batch_loss,
+            "examples": examples,
+            "applied": applied,
+            "weights_finite": weights_finite,
+        }
 
     return step
 
@@ -588,7 +693,10 @@ def make_eval_step(
 
 
 def _eval_step(
-    model: keras.Model, loss: Callable[..., Any], entries: list[MetricEntry], strategy: tf.distribute.Strategy
+    model: keras.Model,
+    loss: Callable[..., Any],
+    entries: list[MetricEntry],
+    strategy: tf.distribute.Strategy,
 ) -> Callable[[Any], dict[str, tf.Tensor]]:
     """The validation step of :func:`make_eval_step` as a Python function (checked arguments)."""
 
@@ -601,7 +709,9 @@ def _eval_step(
         x, y = batch
         shares = strategy.run(forward, args=(x, y))
         batch_loss = strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
-        examples = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(_batch_size, args=(x,)), axis=None)
+        examples = strategy.reduce(
+            tf.distribute.ReduceOp.SUM, strategy.run(_batch_size, args=(x,)), axis=None
+        )
         return {"loss": batch_loss, "examples": examples}
 
     return step
@@ -614,7 +724,9 @@ def _distribute(dataset: tf.data.Dataset, strategy: tf.distribute.Strategy) -> A
     return strategy.experimental_distribute_dataset(dataset)
 
 
-def _epoch_function(step: Callable[[Any], dict[str, tf.Tensor]]) -> tuple[Any, dict[str, tf.Variable]]:
+def _epoch_function(
+    step: Callable[[Any], dict[str, tf.Tensor]],
+) -> tuple[Any, dict[str, tf.Variable]]:
     """``run_next(iterator)``, which runs ``step`` on the iterator's next batch, and its totals.
 
     As in ``model.fit``, the compiled function takes the iterator and fetches the batch inside
@@ -625,11 +737,13 @@ def _epoch_function(step: Callable[[Any], dict[str, tf.Tensor]]) -> tuple[Any, d
     a bad step every later call only consumes its batch: it is the last step run, and the
     weights stay as that step left them. ``run_next`` returns whether the iterator had a batch.
     """
-    totals = {"loss": tf.Variable(0.0, dtype=tf.float64, trainable=False),
-              "examples": tf.Variable(0, dtype=tf.int64, trainable=False),
-              "steps": tf.Variable(0, dtype=tf.int64, trainable=False),
-              "bad_step": tf.Variable(0, dtype=tf.int64, trainable=False),
-              "last_loss": tf.Variable(0.0, dtype=tf.float64, trainable=False)}
+    totals = {
+        "loss": tf.Variable(0.0, dtype=tf.float64, trainable=False),
+        "examples": tf.Variable(0, dtype=tf.int64, trainable=False),
+        "steps": tf.Variable(0, dtype=tf.int64, trainable=False),
+        "bad_step": tf.Variable(0, dtype=tf.int64, trainable=False),
+        "last_loss": tf.Variable(0.0, dtype=tf.float64, trainable=False),
+    }
 
     def run_next(iterator: Any) -> tf.Tensor:
         batch = iterator.get_next_as_optional()
@@ -641,18 +755,31 @@ def _epoch_function(step: Callable[[Any], dict[str, tf.Tensor]]) -> tuple[Any, d
             totals["loss"].assign_add(value * tf.cast(examples, tf.float64))
             totals["examples"].assign_add(examples)
             totals["last_loss"].assign(value)
-            good = (tf.logical_and(out["applied"], out["weights_finite"]) if "applied" in out
-                    else tf.math.is_finite(value))
+            good = (
+                tf.logical_and(out["applied"], out["weights_finite"])
+                if "applied" in out
+                else tf.math.is_finite(value)
+            )
             totals["bad_step"].assign(tf.where(good, tf.constant(0, tf.int64), index))
             return tf.constant(True)
 
-        tf.cond(tf.logical_and(batch.has_value(), tf.equal(totals["bad_step"], 0)), run, lambda: tf.constant(False))
+        tf.cond(
+            tf.logical_and(batch.has_value(), tf.equal(totals["bad_step"], 0)),
+            run,
+            lambda: tf.constant(False),
+        )
         return batch.has_value()
 
     return tf.function(run_next, autograph=False), totals
 
 
-def _cached(model: keras.Model, kind: str, key: tuple[Any, ...], keep: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+def _cached(
+    model: keras.Model,
+    kind: str,
+    key: tuple[Any, ...],
+    keep: tuple[Any, ...],
+    make: Callable[[], Any],
+) -> Any:
     """The ``kind`` function kept on ``model`` for ``key``, or a new one from ``make()``.
 
     ``key`` names objects by ``id``; ``keep`` holds them, so that no id is reused while the
@@ -662,15 +789,24 @@ def _cached(model: keras.Model, kind: str, key: tuple[Any, ...], keep: tuple[Any
     functions = vars(model).get(_CACHE)
     if functions is None:
         functions = {}
-        object.__setattr__(model, _CACHE, functions)  # past Keras's tracking: not a weight, not saved
+        object.__setattr__(
+            model, _CACHE, functions
+        )  # past Keras's tracking: not a weight, not saved
     if kind not in functions or functions[kind][0] != key:
         functions[kind] = (key, keep, make())
     return functions[kind][2]
 
 
 def _run_epoch(
-    function: tuple[Any, dict[str, tf.Variable]], data: Any, steps: int | None, entries: list[MetricEntry], *,
-    name: str, cause: Callable[[float], str], epoch: int, history: dict[str, list[float]],
+    function: tuple[Any, dict[str, tf.Variable]],
+    data: Any,
+    steps: int | None,
+    entries: list[MetricEntry],
+    *,
+    name: str,
+    cause: Callable[[float], str],
+    epoch: int,
+    history: dict[str, list[float]],
     bar: keras.utils.Progbar | None = None,
 ) -> tuple[dict[str, float], int]:
     """One pass over ``data`` (the argument ``name``): the mean loss, the metrics' results, the steps run.
@@ -699,15 +835,19 @@ def _run_epoch(
             if int(totals["bad_step"]):
                 break
             if bar is not None and bar.verbose == 1:
-                bar.update(index, [("loss", float(totals["loss"]) / max(int(totals["examples"]), 1))])
+                bar.update(
+                    index, [("loss", float(totals["loss"]) / max(int(totals["examples"]), 1))]
+                )
             next_read = time.monotonic() + READ_INTERVAL
     if int(totals["bad_step"]):
         loss = float(totals["last_loss"])
         raise NonFiniteError(epoch, int(totals["bad_step"]), loss, history, cause(loss))
     examples = int(totals["examples"])
     if not examples:
-        raise ValueError(f"{name}: expected at least one example per epoch, got a dataset that yielded "
-                         f"{int(totals['steps'])} batches and no example")
+        raise ValueError(
+            f"{name}: expected at least one example per epoch, got a dataset that yielded "
+            f"{int(totals['steps'])} batches and no example"
+        )
     logs = {"loss": float(totals["loss"]) / examples}
     logs.update({name: float(metric.result()) for _, metric, name in entries})
     return logs, int(totals["steps"])
@@ -826,9 +966,17 @@ def fit(
     train_data = _distribute(dataset, strategy)
     metric_key = tuple((key, id(metric)) for key, metric, _ in entries)
     train = _cached(
-        model, "train",
-        (id(optimizer), id(loss), metric_key, clip_norm, id(strategy), train_data.element_spec,
-         tuple(id(v) for v in variables)),
+        model,
+        "train",
+        (
+            id(optimizer),
+            id(loss),
+            metric_key,
+            clip_norm,
+            id(strategy),
+            train_data.element_spec,
+            tuple(id(v) for v in variables),
+        ),
         (optimizer, loss, entries, strategy, variables),
         lambda: _epoch_function(_train_step(model, optimizer, loss, entries, clip_norm, strategy)),
     )
@@ -836,8 +984,11 @@ def fit(
         validation_steps = _length(validation_data)
         validation_data = _distribute(validation_data, strategy)
         evaluate = _cached(
-            model, "eval", (id(loss), metric_key, id(strategy), validation_data.element_spec),
-            (loss, entries, strategy), lambda: _epoch_function(_eval_step(model, loss, entries, strategy)),
+            model,
+            "eval",
+            (id(loss), metric_key, id(strategy), validation_data.element_spec),
+            (loss, entries, strategy),
+            lambda: _epoch_function(_eval_step(model, loss, entries, strategy)),
         )
     steps = _length(dataset)
     names = ["loss", *(name for _, _, name in entries)]
@@ -847,12 +998,28 @@ def fit(
     try:
         for epoch in range(1, epochs + 1):
             bar = _progress_bar(epoch, epochs, steps, names) if progress else None
-            logs, steps_run = _run_epoch(train, train_data, steps, entries, name="dataset", epoch=epoch,
-                                         history=history, bar=bar,
-                                         cause=lambda loss: _training_cause(loss, model, optimizer))
+            logs, steps_run = _run_epoch(
+                train,
+                train_data,
+                steps,
+                entries,
+                name="dataset",
+                epoch=epoch,
+                history=history,
+                bar=bar,
+                cause=lambda loss: _training_cause(loss, model, optimizer),
+            )
             if validation_data is not None:
-                val_logs, _ = _run_epoch(evaluate, validation_data, validation_steps, entries, epoch=epoch,
-                                         name="validation_data", cause=lambda loss: "val_loss", history=history)
+                val_logs, _ = _run_epoch(
+                    evaluate,
+                    validation_data,
+                    validation_steps,
+                    entries,
+                    epoch=epoch,
+                    name="validation_data",
+                    cause=lambda loss: "val_loss",
+                    history=history,
+                )
                 logs.update({f"val_{name}": value for name, value in val_logs.items()})
             for name, value in logs.items():
                 history.setdefault(name, []).append(value)
@@ -896,11 +1063,15 @@ _SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
 def _write_scalars(writer: Any, logs: dict[str, float], epoch: int) -> None:
     with writer.as_default():
         for name, value in logs.items():
-            tf.summary.write(name, tf.constant(value, tf.float32), step=epoch, metadata=_SCALAR_METADATA)
+            tf.summary.write(
+                name, tf.constant(value, tf.float32), step=epoch, metadata=_SCALAR_METADATA
+            )
     writer.flush()
 
 
-def _progress_bar(epoch: int, epochs: int, steps: int | None, names: list[str]) -> keras.utils.Progbar:
+def _progress_bar(
+    epoch: int, epochs: int, steps: int | None, names: list[str]
+) -> keras.utils.Progbar:
     """A Progbar for one epoch: live in a terminal, one finished line elsewhere (no ``\\r``)."""
     live = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
     print(f"Epoch {epoch}/{epochs}")

@@ -40,8 +40,28 @@ class _Opaque:
 
 #: Values tried for every argument (those its kind accepts are skipped).
 POOL: tuple[Any, ...] = (
-    None, True, "3", "", b"x", 2.5, 0, -1, 1, 10**12, 1e300, -1e300, NAN, INF, -INF,
-    [], (), {}, [None], {"a": 1}, _Opaque(), np.array([[1.0, 2.0]], "float32"),
+    None,
+    True,
+    "3",
+    "",
+    b"x",
+    2.5,
+    0,
+    -1,
+    1,
+    10**12,
+    1e300,
+    -1e300,
+    NAN,
+    INF,
+    -INF,
+    [],
+    (),
+    {},
+    [None],
+    {"a": 1},
+    _Opaque(),
+    np.array([[1.0, 2.0]], "float32"),
 )
 
 
@@ -72,23 +92,34 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
 
 
 def Int(minimum: int | None = None, maximum: int | None = None) -> Kind:
     """An int in ``[minimum, maximum]``."""
     return Kind(
         f"int [{minimum}, {maximum}]",
-        lambda v: _is_int(v) and (minimum is None or v >= minimum) and (maximum is None or v <= maximum),
+        lambda v: (
+            _is_int(v) and (minimum is None or v >= minimum) and (maximum is None or v <= maximum)
+        ),
     )
 
 
-def Real(minimum: float | None = None, maximum: float | None = None, *, above: float | None = None) -> Kind:
+def Real(
+    minimum: float | None = None, maximum: float | None = None, *, above: float | None = None
+) -> Kind:
     """A finite real number in range (bounds as in ``companion._checks.check_real``)."""
     return Kind(
         f"real [{minimum}, {maximum}] > {above}",
-        lambda v: _is_real(v) and math.isfinite(v) and (minimum is None or v >= minimum)
-        and (maximum is None or v <= maximum) and (above is None or v > above),
+        lambda v: (
+            _is_real(v)
+            and math.isfinite(v)
+            and (minimum is None or v >= minimum)
+            and (maximum is None or v <= maximum)
+            and (above is None or v > above)
+        ),
     )
 
 
@@ -98,9 +129,11 @@ def Bool() -> Kind:
 
 def Str(*choices: str) -> Kind:
     """A non-empty str (one of ``choices`` when given)."""
-    return Kind(f"str in {choices}" if choices else "str",
-                lambda v: isinstance(v, str) and v != "" and (not choices or v in choices),
-                extra_bad=("not-a-choice",) if choices else ())
+    return Kind(
+        f"str in {choices}" if choices else "str",
+        lambda v: isinstance(v, str) and v != "" and (not choices or v in choices),
+        extra_bad=("not-a-choice",) if choices else (),
+    )
 
 
 def Instance(*types: type, what: str = "") -> Kind:
@@ -111,7 +144,9 @@ def Callable_() -> Kind:
     return Kind("callable", callable)
 
 
-def Array(*, ranks: Sequence[int] = (), floating: bool = True, extra_bad: Sequence[Any] = ()) -> Kind:
+def Array(
+    *, ranks: Sequence[int] = (), floating: bool = True, extra_bad: Sequence[Any] = ()
+) -> Kind:
     """An array-like of one of ``ranks`` (any rank when empty), floating point when ``floating``."""
 
     def accepts(value: Any) -> bool:
@@ -131,7 +166,11 @@ def Seq(item: Kind, *, min_length: int = 1) -> Kind:
     """A list or tuple of at least ``min_length`` items, each of kind ``item``."""
     return Kind(
         f"sequence of {item.what}",
-        lambda v: isinstance(v, (list, tuple)) and len(v) >= min_length and all(_safe_accepts(item, e) for e in v),
+        lambda v: (
+            isinstance(v, (list, tuple))
+            and len(v) >= min_length
+            and all(_safe_accepts(item, e) for e in v)
+        ),
     )
 
 
@@ -163,7 +202,12 @@ class Case:
         return self.valid() if callable(self.valid) else self.valid
 
 
-CLEAN, OTHER_ARGUMENT, FOREIGN_ERROR, ACCEPTED = "clean", "names another argument", "other error", "accepted"
+CLEAN, OTHER_ARGUMENT, FOREIGN_ERROR, ACCEPTED = (
+    "clean",
+    "names another argument",
+    "other error",
+    "accepted",
+)
 TIMED_OUT = "timed out"  # only with report()'s time limit: a huge value accepted and still running
 _PROJECT_FORM = re.compile(r"^([\w.\[\]'\"-]+): expected .+, got ", re.S)
 
@@ -235,11 +279,17 @@ def report(seconds: int = 10) -> None:
                     signal.alarm(0)
                     counts[result] += 1
                     if result != CLEAN and "-v" in sys.argv:
-                        print(f"  {module}.{case.name}({argument}={value!r:.40}): {result}: {detail[:120]}")
+                        print(
+                            f"  {module}.{case.name}({argument}={value!r:.40}): {result}: {detail[:120]}"
+                        )
         totals.update(counts)
-        print(f"{module:14} {sum(counts.values()):5} calls, {counts[CLEAN] / max(1, sum(counts.values())):6.1%} clean")
+        print(
+            f"{module:14} {sum(counts.values()):5} calls, {counts[CLEAN] / max(1, sum(counts.values())):6.1%} clean"
+        )
     total = sum(totals.values())
-    print(f"{'all':14} {total:5} calls: " + ", ".join(f"{totals[k] / total:.1%} {k}" for k in kinds))
+    print(
+        f"{'all':14} {total:5} calls: " + ", ".join(f"{totals[k] / total:.1%} {k}" for k in kinds)
+    )
 
 
 if __name__ == "__main__":

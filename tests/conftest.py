@@ -11,7 +11,10 @@ import pytest
 
 #: (ksize, sigma): odd sizes with OpenCV's default sigma, and explicit sigmas.
 BLUR_CASES = [(1, 0.0), (3, 0.0), (5, 0.0), (7, 0.0), (9, 0.0), (11, 0.0)] + [
-    (5, 1.1), (7, 0.5), (9, 3.0), (15, 2.5)
+    (5, 1.1),
+    (7, 0.5),
+    (9, 3.0),
+    (15, 2.5),
 ]
 
 

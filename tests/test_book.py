@@ -15,11 +15,18 @@ CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 #: (name in the intro, package in the requirement files) for the versions the intro states.
 #: Exercise difficulty marks (book/intro.md explains them).
 DIFFICULTY = "(★☆☆|★★☆|★★★)"
-PACKAGES = [("TensorFlow", "tensorflow"), ("Keras", "keras"), ("NumPy", "numpy"), ("OpenCV", "opencv-python-headless")]
+PACKAGES = [
+    ("TensorFlow", "tensorflow"),
+    ("Keras", "keras"),
+    ("NumPy", "numpy"),
+    ("OpenCV", "opencv-python-headless"),
+]
 
 
 def _template():
-    spec = importlib.util.spec_from_file_location("notebook_template", ROOT / "tools" / "notebook_template.py")
+    spec = importlib.util.spec_from_file_location(
+        "notebook_template", ROOT / "tools" / "notebook_template.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -35,7 +42,9 @@ def toc_files():
 
 def test_every_notebook_is_in_the_toc_and_every_toc_entry_exists():
     listed = toc_files()
-    assert sorted(f"book/{nb.stem}" for nb in NOTEBOOKS) == sorted(f for f in listed if (ROOT / f"{f}.ipynb").exists())
+    assert sorted(f"book/{nb.stem}" for nb in NOTEBOOKS) == sorted(
+        f for f in listed if (ROOT / f"{f}.ipynb").exists()
+    )
     for entry in listed:
         assert any((ROOT / f"{entry}{suffix}").exists() for suffix in (".md", ".ipynb")), entry
 
@@ -46,11 +55,15 @@ def test_notebook_committed_executed_in_order_without_errors(path):
     cells = [c for c in notebook.cells if c.cell_type == "code" and c.source.strip()]
     counts = [c.execution_count for c in cells]
     assert None not in counts, "run `make execute NB=...` and commit the outputs"
-    assert counts == list(range(1, len(cells) + 1)), "cells were not run top to bottom in one kernel"
+    assert counts == list(range(1, len(cells) + 1)), (
+        "cells were not run top to bottom in one kernel"
+    )
     assert not [o for c in cells for o in c.outputs if o.output_type == "error"]
     stamped = sum("execution" in c.metadata for c in notebook.cells)
     assert not stamped, f"{stamped} cells keep execution timestamps: `make execute` strips them"
-    assert any("nbval-check-output" in c.metadata.get("tags", []) for c in cells), "no checked result"
+    assert any("nbval-check-output" in c.metadata.get("tags", []) for c in cells), (
+        "no checked result"
+    )
     assert notebook.cells[-1].cell_type != "code" or "hide" in str(notebook.cells[-1].metadata)
     headings = [c.source for c in notebook.cells if c.cell_type == "markdown"]
     assert any("## Summary" in h for h in headings) and any("## Exercises" in h for h in headings)
@@ -59,11 +72,15 @@ def test_notebook_committed_executed_in_order_without_errors(path):
 def exercises_and_solutions(path):
     """The numbered items of a chapter's Exercises section, and its solution cells by number."""
     notebook = nbformat.read(path, as_version=4)
-    section = next(c.source for c in notebook.cells if c.cell_type == "markdown" and "## Exercises" in c.source)
+    section = next(
+        c.source for c in notebook.cells if c.cell_type == "markdown" and "## Exercises" in c.source
+    )
     items = re.findall(r"^(\d+)\. (.*)$", section.split("## Exercises", 1)[1], re.MULTILINE)
     solutions = {}
     for cell in notebook.cells:
-        if cell.cell_type == "code" and (match := re.match(r"# Solution to exercise (\d+)", cell.source)):
+        if cell.cell_type == "code" and (
+            match := re.match(r"# Solution to exercise (\d+)", cell.source)
+        ):
             solutions[match.group(1)] = cell
     return items, solutions
 
@@ -73,9 +90,13 @@ def test_every_exercise_has_a_difficulty_and_a_hidden_tested_solution(path):
     items, solutions = exercises_and_solutions(path)
     assert len(items) >= 2, "a chapter ends with 2-3 exercises"
     for number, text in items:
-        assert re.match(rf"{DIFFICULTY} \*\*", text), f"exercise {number}: start with a difficulty ({DIFFICULTY})"
+        assert re.match(rf"{DIFFICULTY} \*\*", text), (
+            f"exercise {number}: start with a difficulty ({DIFFICULTY})"
+        )
         cell = solutions.get(number)
-        assert cell is not None, f"exercise {number}: no cell starting '# Solution to exercise {number}'"
+        assert cell is not None, (
+            f"exercise {number}: no cell starting '# Solution to exercise {number}'"
+        )
         assert "hide-cell" in cell.metadata.get("tags", []), f"solution {number}: tag it hide-cell"
         assert "assert" in cell.source, f"solution {number}: assert what the exercise asks for"
     assert sorted(solutions) == sorted(number for number, _ in items)
@@ -93,7 +114,9 @@ ROUNDING_FIGURE = re.compile(r"(?<![\d.])\d\.\de-(0[5-9]|[1-9]\d)\b")
 def test_the_output_guard_catches_timings_and_rounding_figures():
     assert TIMING_FIGURE.search("6 ms  6.013") and TIMING_FIGURE.search("1,024 examples/s")
     assert ROUNDING_FIGURE.search("float32  0.0e+00  1.2e-07") and ROUNDING_FIGURE.search("1.1e-16")
-    assert not ROUNDING_FIGURE.search("atol 1e-06, softplus(-20) = 2.061e-09, 2**-17 = 7.62939453125e-06")
+    assert not ROUNDING_FIGURE.search(
+        "atol 1e-06, softplus(-20) = 2.061e-09, 2**-17 = 7.62939453125e-06"
+    )
     assert not TIMING_FIGURE.search("4 items, terms, 10 seconds")
 
 
@@ -103,12 +126,18 @@ def test_output_checked_cells_hold_no_timings_or_rounding_figures(path):
     for cell in notebook.cells:
         if "nbval-check-output" not in cell.metadata.get("tags", []):
             continue
-        text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in cell.outputs)
+        text = "".join(
+            o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in cell.outputs
+        )
         where = f"an nbval-check-output cell ({cell.source[:50]!r}...)"
-        assert not TIMING_CALL.search(cell.source), f"{where} times something: tag it nbval-ignore-output"
+        assert not TIMING_CALL.search(cell.source), (
+            f"{where} times something: tag it nbval-ignore-output"
+        )
         for pattern in (TIMING_FIGURE, ROUNDING_FIGURE):
             found = pattern.search(text)
-            assert not found, f"{where} shows {found.group()!r}, which another machine prints differently"
+            assert not found, (
+                f"{where} shows {found.group()!r}, which another machine prints differently"
+            )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -136,15 +165,23 @@ def _pinned(requirement_file, package, operator):
 
 def test_intro_states_both_tested_stacks():
     intro = (BOOK / "intro.md").read_text()
-    colab_python = re.search(r"^# python: (\d+\.\d+)", (ROOT / "requirements-colab.txt").read_text(), re.M)
+    colab_python = re.search(
+        r"^# python: (\d+\.\d+)", (ROOT / "requirements-colab.txt").read_text(), re.M
+    )
     stacks = {
-        "pinned": [(name, _pinned("requirements.txt", package, ">=")) for name, package in PACKAGES],
-        "Colab": [(name, _pinned("requirements-colab.txt", package, "==")) for name, package in PACKAGES]
+        "pinned": [
+            (name, _pinned("requirements.txt", package, ">=")) for name, package in PACKAGES
+        ],
+        "Colab": [
+            (name, _pinned("requirements-colab.txt", package, "==")) for name, package in PACKAGES
+        ]
         + [("Python", colab_python.group(1))],
     }
     for stack, versions in stacks.items():
         for name, version in versions:
-            assert f"**{name} {version}**" in intro, f"intro.md should name {name} {version} ({stack} stack)"
+            assert f"**{name} {version}**" in intro, (
+                f"intro.md should name {name} {version} ({stack} stack)"
+            )
 
 
 def test_the_running_stack_is_one_the_intro_names():
@@ -188,8 +225,12 @@ def claim_rows():
 def test_claims_ledger_is_in_the_toc_and_numbered():
     assert "book/claims" in toc_files()
     rows = claim_rows()
-    assert len(rows) >= 30, f"the ledger has {len(rows)} rows; it must list every claim (at least 30)"
-    assert [int(number) for number, *_ in rows] == list(range(1, len(rows) + 1)), "number the rows 1, 2, 3, ..."
+    assert len(rows) >= 30, (
+        f"the ledger has {len(rows)} rows; it must list every claim (at least 30)"
+    )
+    assert [int(number) for number, *_ in rows] == list(range(1, len(rows) + 1)), (
+        "number the rows 1, 2, 3, ..."
+    )
 
 
 def test_every_claim_has_a_verdict_a_reason_and_a_link_to_a_chapter_section():
@@ -200,5 +241,9 @@ def test_every_claim_has_a_verdict_a_reason_and_a_link_to_a_chapter_section():
         links = CHAPTER_LINK.findall(shown_in)
         assert links, f"claim {number}: 'Shown in' has no link to a chapter section"
         targets = {name for name, _, _ in links}
-        assert targets <= chapters, f"claim {number}: links to {targets - chapters}, not a chapter in _toc.yml"
-        assert all(anchor for _, _, anchor in links), f"claim {number}: link a section (#heading), not only the chapter"
+        assert targets <= chapters, (
+            f"claim {number}: links to {targets - chapters}, not a chapter in _toc.yml"
+        )
+        assert all(anchor for _, _, anchor in links), (
+            f"claim {number}: link a section (#heading), not only the chapter"
+        )

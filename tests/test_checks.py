@@ -1,13 +1,23 @@
 """One set of argument checks for the whole companion: same rules, same message form everywhere."""
 
-
 import math
 
 import numpy as np
 import pytest
 
-from companion._checks import (check_bool, check_callable, check_choice, check_fraction, check_instance, check_int,
-                               check_path, check_real, check_seed, check_sequence, check_str)
+from companion._checks import (
+    check_bool,
+    check_callable,
+    check_choice,
+    check_fraction,
+    check_instance,
+    check_int,
+    check_path,
+    check_real,
+    check_seed,
+    check_sequence,
+    check_str,
+)
 from companion.data import class_name, make_shapes
 from companion.gradients import clipped_identity, gradient_error
 from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock
@@ -49,26 +59,35 @@ def test_check_real_accepts_numpy_scalars_and_rejects_bools():
 
 
 def test_ranges_print_ints_as_ints():
-    with pytest.raises(ValueError, match=r"^n: expected an int >= 1 and <= 1000000000000, got int 10000000000000$"):
+    with pytest.raises(
+        ValueError, match=r"^n: expected an int >= 1 and <= 1000000000000, got int 10000000000000$"
+    ):
         check_int(10**13, "n", minimum=1, maximum=10**12)
 
 
 @pytest.mark.parametrize("dtype, largest", [("float16", "65504"), ("float32", "3.40282e\\+38")])
 def test_check_real_against_a_dtype_refuses_what_the_dtype_cannot_hold(dtype, largest):
     assert check_real(100.0, "stddev", minimum=0, dtype="float64") == 100.0
-    with pytest.raises(ValueError, match=rf"^stddev: expected a finite number >= 0 and <= {largest}, got float 1e\+300$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^stddev: expected a finite number >= 0 and <= {largest}, got float 1e\+300$",
+    ):
         check_real(1e300, "stddev", minimum=0, dtype=dtype)
 
 
 def test_check_seed_has_a_maximum():
     assert check_seed(2**32 - 1) == 2**32 - 1 and check_seed(None, allow_none=True) is None
-    with pytest.raises(ValueError, match=r"^seed: expected an int >= 0 and <= 4294967295, got int 4294967296$"):
+    with pytest.raises(
+        ValueError, match=r"^seed: expected an int >= 0 and <= 4294967295, got int 4294967296$"
+    ):
         check_seed(2**32)
 
 
 def test_check_fraction_bounds():
     assert check_fraction(1, "f") == 1.0
-    with pytest.raises(ValueError, match=r"^f: expected a finite number >= 0 and < 1, got float 1.0$"):
+    with pytest.raises(
+        ValueError, match=r"^f: expected a finite number >= 0 and < 1, got float 1.0$"
+    ):
         check_fraction(1.0, "f", below_one=True)
     with pytest.raises(ValueError, match=r"^f: expected a finite number > 0"):
         check_fraction(0, "f", above_zero=True)
@@ -111,7 +130,9 @@ def test_check_choice_instance_callable_str_and_path():
 def test_numpy_integers_are_accepted_everywhere_an_int_is():
     n = np.int64(4)
     assert make_shapes(n, image_size=np.int64(16), meta_dim=np.int64(2))[1].shape == (4,)
-    assert CustomDense(n).units == 4 and ResidualBlock(n, hidden_units=np.int32(2)).hidden_units == 2
+    assert (
+        CustomDense(n).units == 4 and ResidualBlock(n, hidden_units=np.int32(2)).hidden_units == 2
+    )
     assert gaussian_kernel(np.int64(5)).shape == (5,) and GaussianBlur(np.int64(3)).ksize == 3
     assert AdditiveGaussianNoise(0.1, seed=np.int64(1)).seed == 1
     assert setup(np.int64(3), verbose=False)["seed"] == 3
@@ -142,7 +163,9 @@ def test_nan_and_inf_parameters_are_rejected_naming_the_argument(make, argument)
 
 
 def test_a_positive_range_against_a_dtype_prints_only_its_bounds():
-    with pytest.raises(ValueError, match=r"^x: expected a finite number > 0 and <= 3.40282e\+38, got float -1.0$"):
+    with pytest.raises(
+        ValueError, match=r"^x: expected a finite number > 0 and <= 3.40282e\+38, got float -1.0$"
+    ):
         check_real(-1.0, "x", above=0, dtype="float32")
 
 

@@ -40,13 +40,22 @@ def test_label_needs_both_image_and_metadata():
 
 def test_meta_dim_zero_is_refused_the_label_needs_metadata():
     # With no metadata the label could not depend on it (and no model of chapter 6 takes it).
-    with pytest.raises(ValueError, match=r"^meta_dim: expected an int >= 1 and <= 10000, got int 0$"):
+    with pytest.raises(
+        ValueError, match=r"^meta_dim: expected an int >= 1 and <= 10000, got int 0$"
+    ):
         make_shapes(4, meta_dim=0)
 
 
-@pytest.mark.parametrize("kwargs, argument", [({"n": 10**12}, "n"), ({"image_size": 10**12}, "image_size"),
-                                              ({"meta_dim": 10**12}, "meta_dim"), ({"seed": 2**32}, "seed"),
-                                              ({"n": 10**6, "image_size": 4096}, "n")])
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        ({"n": 10**12}, "n"),
+        ({"image_size": 10**12}, "image_size"),
+        ({"meta_dim": 10**12}, "meta_dim"),
+        ({"seed": 2**32}, "seed"),
+        ({"n": 10**6, "image_size": 4096}, "n"),
+    ],
+)
 def test_huge_arguments_are_refused_before_allocating(kwargs, argument):
     with pytest.raises(ValueError, match=rf"^{argument}: expected an int >= \d+ and <= \d+"):
         make_shapes(**{"n": 2, **kwargs})
@@ -58,15 +67,23 @@ def test_largest_seed_is_taken():
 
 
 def test_class_names():
-    assert [class_name(i) for i in range(NUM_CLASSES)][:2] == [f"{SHAPE_NAMES[0]}/-", f"{SHAPE_NAMES[0]}/+"]
+    assert [class_name(i) for i in range(NUM_CLASSES)][:2] == [
+        f"{SHAPE_NAMES[0]}/-",
+        f"{SHAPE_NAMES[0]}/+",
+    ]
     with pytest.raises(ValueError, match="label"):
         class_name(NUM_CLASSES)
 
 
 @pytest.mark.parametrize(
     "kwargs, argument",
-    [({"n": 0}, "n"), ({"n": -3}, "n"), ({"n": 4, "image_size": MIN_IMAGE_SIZE - 1}, "image_size"),
-     ({"n": 4, "meta_dim": -1}, "meta_dim"), ({"n": 4, "seed": -1}, "seed")],
+    [
+        ({"n": 0}, "n"),
+        ({"n": -3}, "n"),
+        ({"n": 4, "image_size": MIN_IMAGE_SIZE - 1}, "image_size"),
+        ({"n": 4, "meta_dim": -1}, "meta_dim"),
+        ({"n": 4, "seed": -1}, "seed"),
+    ],
 )
 def test_bad_arguments_raise_value_error_naming_them(kwargs, argument):
     with pytest.raises(ValueError, match=f"^{argument}:"):

@@ -40,7 +40,9 @@ class Scale(keras.layers.Layer):
         return super().get_config() | {"units": self.units, "factor": self.factor}
 
 
-Registered = keras.saving.register_keras_serializable(package="test_diag")(type("Registered", (Scale,), {}))
+Registered = keras.saving.register_keras_serializable(package="test_diag")(
+    type("Registered", (Scale,), {})
+)
 
 
 @keras.saving.register_keras_serializable(package="test_diag")
@@ -91,7 +93,9 @@ def test_a_correct_registered_layer_passes():
 
 
 def test_companion_layers_in_a_model_pass():
-    model = keras.Sequential([keras.Input((3,)), CustomDense(5, activation="relu"), ResidualBlock(4)])
+    model = keras.Sequential(
+        [keras.Input((3,)), CustomDense(5, activation="relu"), ResidualBlock(4)]
+    )
     report = check_roundtrip(model, X, fresh_process=False)
     assert report.ok, str(report)
 
@@ -99,7 +103,9 @@ def test_companion_layers_in_a_model_pass():
 def test_omitted_constructor_argument_is_flagged():
     report = check_roundtrip(ForgetsFactor(2, factor=3.0), X, fresh_process=False)
     assert not report.ok
-    assert any("'factor'" in p and "get_config" in p and "default 1.0" in p for p in report.problems)
+    assert any(
+        "'factor'" in p and "get_config" in p and "default 1.0" in p for p in report.problems
+    )
     # and the consequence: the reloaded layer computes with factor 1.0
     assert any("outputs on sample_input differ" in p for p in report.problems)
 
@@ -108,7 +114,9 @@ def test_unregistered_class_is_flagged():
     report = check_roundtrip(Scale(2), X, fresh_process=False)
     assert not report.ok
     assert report.problems[0].startswith("class 'Scale' is not registered")
-    assert any(p.startswith("load_model failed: TypeError") and "Scale" in p for p in report.problems)
+    assert any(
+        p.startswith("load_model failed: TypeError") and "Scale" in p for p in report.problems
+    )
 
 
 def test_config_that_is_not_json_is_flagged():
@@ -121,7 +129,9 @@ def test_config_that_is_not_json_is_flagged():
 
 def test_nested_object_without_from_config_is_flagged_and_the_fix_passes():
     broken = check_roundtrip(Wrapper(keras.layers.Dense(2)), X, fresh_process=False)
-    assert any("config['inner'] (a serialized Dense)" in p and "from_config" in p for p in broken.problems)
+    assert any(
+        "config['inner'] (a serialized Dense)" in p and "from_config" in p for p in broken.problems
+    )
     fixed = check_roundtrip(FixedWrapper(keras.layers.Dense(2)), X, fresh_process=False)
     assert fixed.ok, str(fixed)
 
@@ -143,7 +153,9 @@ def test_an_attribute_changed_after_construction_shows_as_different_outputs():
     assert check_roundtrip(layer, X, fresh_process=False).ok
     layer.factor = 5.0  # the automatic config still holds the constructor's 2.0
     report = check_roundtrip(layer, X, fresh_process=False)
-    assert len(report.problems) == 1 and report.problems[0].startswith("outputs on sample_input differ after loading")
+    assert len(report.problems) == 1 and report.problems[0].startswith(
+        "outputs on sample_input differ after loading"
+    )
 
 
 @keras.saving.register_keras_serializable(package="test_diag")
@@ -165,9 +177,12 @@ def test_a_subclassed_model_without_get_config_is_flagged_even_without_a_sample_
     report = check_roundtrip(model, fresh_process=False)  # it reloads silently with scale=1.0
     assert report.problems == [
         "ScaledModel is a subclassed Model without its own get_config: Keras records no constructor "
-        "arguments of a model (scale), so loading builds it with their defaults; write get_config"]
+        "arguments of a model (scale), so loading builds it with their defaults; write get_config"
+    ]
     with_sample = check_roundtrip(model, X, fresh_process=False)
-    assert any(p.startswith("outputs on sample_input differ after loading") for p in with_sample.problems)
+    assert any(
+        p.startswith("outputs on sample_input differ after loading") for p in with_sample.problems
+    )
 
 
 def test_a_functional_model_of_a_model_subclass_is_not_flagged_for_its_arguments():
@@ -193,7 +208,9 @@ def test_optimizers_round_trip_and_a_built_one_loses_its_slots():
 
 
 def test_fresh_process_loads_an_importable_registered_model():
-    model = keras.Sequential([keras.Input((3,)), CustomDense(5, activation="relu"), Registered(2, factor=0.5)])
+    model = keras.Sequential(
+        [keras.Input((3,)), CustomDense(5, activation="relu"), Registered(2, factor=0.5)]
+    )
     report = check_roundtrip(model, X)  # the child imports companion.layers and this test module
     assert report.fresh_process and report.ok, str(report)
 
@@ -203,7 +220,9 @@ def test_fresh_process_names_a_class_defined_in_main():
     keras.saving.register_keras_serializable(package="test_diag")(in_main)
     report = check_roundtrip(in_main(2), X)
     assert "class 'test_diag>InMain' is defined in __main__" in report.problems[0]
-    assert report.problems[1].startswith("load_model failed: TypeError: Could not locate class 'InMain'")
+    assert report.problems[1].startswith(
+        "load_model failed: TypeError: Could not locate class 'InMain'"
+    )
     in_process = check_roundtrip(in_main(2), X, fresh_process=False)
     assert in_process.ok  # this process has the class: only a fresh one shows the problem
 
@@ -255,26 +274,34 @@ def _lambda_in_config_layer():
 
 def test_a_get_config_raising_any_error_is_reported_not_raised():
     report = check_roundtrip(BrokenConfig(), X, fresh_process=False)
-    assert report.problems == ["BrokenConfig.get_config() raised RuntimeError: get_config is broken"]
+    assert report.problems == [
+        "BrokenConfig.get_config() raised RuntimeError: get_config is broken"
+    ]
 
 
 def test_a_lambda_in_a_config_is_reported_not_raised():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Keras warns that a lambda is unsafe to serialize
         report = check_roundtrip(_lambda_in_config_layer(), X, fresh_process=False)
-    assert report.problems and report.problems[0].startswith("LambdaInConfig.get_config() raised OSError")
+    assert report.problems and report.problems[0].startswith(
+        "LambdaInConfig.get_config() raised OSError"
+    )
 
 
 def test_a_config_that_contains_itself_is_reported_not_raised():
     report = check_roundtrip(SelfContainingConfig(), X, fresh_process=False)
-    assert report.problems == ["SelfContainingConfig.get_config() is not JSON: config['itself'] refers back to "
-                               "config (a cycle)"]
+    assert report.problems == [
+        "SelfContainingConfig.get_config() is not JSON: config['itself'] refers back to "
+        "config (a cycle)"
+    ]
 
 
 def test_an_array_in_a_config_is_named_once_without_a_numpy_marker():
     report = check_roundtrip(ArrayInConfig(), X, fresh_process=False)
-    assert report.problems[0] == ("ArrayInConfig.get_config() is not JSON: config['scale'] holds a ndarray object; "
-                                  "store a list (array.tolist()) instead")
+    assert report.problems[0] == (
+        "ArrayInConfig.get_config() is not JSON: config['scale'] holds a ndarray object; "
+        "store a list (array.tolist()) instead"
+    )
     assert not any("__numpy__" in p for p in report.problems)
 
 
@@ -285,7 +312,9 @@ def test_nan_in_a_valid_sample_input_is_no_problem():
     changed = AutoConfigScale(2.0)
     changed.factor = 5.0
     problems = check_roundtrip(changed, sample, fresh_process=False).problems
-    assert len(problems) == 1 and problems[0].startswith("outputs on sample_input differ after loading")
+    assert len(problems) == 1 and problems[0].startswith(
+        "outputs on sample_input differ after loading"
+    )
 
 
 def _named_inputs_model():
@@ -293,14 +322,19 @@ def _named_inputs_model():
     return keras.Model({"a": inputs}, keras.layers.Dense(2)(inputs))
 
 
-@pytest.mark.parametrize("obj, sample_input", [
-    (_named_inputs_model(), {"b": X}),  # a dict with the wrong key
-    (keras.layers.Dense(2), {"x": X}),  # a dict for a layer of one input
-    (_named_inputs_model(), np.ones((2, 4), "float32")),  # the wrong width
-    (keras.layers.Dense(2), "abc"),
-])
+@pytest.mark.parametrize(
+    "obj, sample_input",
+    [
+        (_named_inputs_model(), {"b": X}),  # a dict with the wrong key
+        (keras.layers.Dense(2), {"x": X}),  # a dict for a layer of one input
+        (_named_inputs_model(), np.ones((2, 4), "float32")),  # the wrong width
+        (keras.layers.Dense(2), "abc"),
+    ],
+)
 def test_a_sample_input_the_object_cannot_take_is_named(obj, sample_input):
-    with pytest.raises(ValueError, match=r"^sample_input: expected an input .* accepts, got .*; the call raised"):
+    with pytest.raises(
+        ValueError, match=r"^sample_input: expected an input .* accepts, got .*; the call raised"
+    ):
         check_roundtrip(obj, sample_input, fresh_process=False)
 
 
@@ -308,10 +342,30 @@ def test_a_sample_input_the_object_cannot_take_is_named(obj, sample_input):
     "args, kwargs, error, message",
     [
         ((3,), {}, TypeError, "obj: expected a Keras layer, model or optimizer, got int 3"),
-        ((CustomDense(2),), {"timeout": 1e300}, ValueError, "timeout: expected a finite number > 0 and <="),
-        ((CustomDense(2),), {"fresh_process": "yes"}, TypeError, "fresh_process: expected a bool, got str 'yes'"),
-        ((keras.optimizers.SGD(), X), {}, ValueError, "sample_input: expected None for an optimizer"),
-        ((CustomDense(2),), {"atol": -1.0}, ValueError, "atol: expected a finite number >= 0, got float -1.0"),
+        (
+            (CustomDense(2),),
+            {"timeout": 1e300},
+            ValueError,
+            "timeout: expected a finite number > 0 and <=",
+        ),
+        (
+            (CustomDense(2),),
+            {"fresh_process": "yes"},
+            TypeError,
+            "fresh_process: expected a bool, got str 'yes'",
+        ),
+        (
+            (keras.optimizers.SGD(), X),
+            {},
+            ValueError,
+            "sample_input: expected None for an optimizer",
+        ),
+        (
+            (CustomDense(2),),
+            {"atol": -1.0},
+            ValueError,
+            "atol: expected a finite number >= 0, got float -1.0",
+        ),
     ],
 )
 def test_check_roundtrip_bad_input(args, kwargs, error, message):
@@ -333,8 +387,15 @@ def _negative_dense(name):
 
 
 def test_first_nonfinite_names_the_layer_in_a_sequential_model_like_a_manual_walk():
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3, activation="relu", name="ok"),
-                              _negative_dense("negative"), Log(name="log"), keras.layers.Dense(2, name="after")])
+    model = keras.Sequential(
+        [
+            keras.Input((3,)),
+            keras.layers.Dense(3, activation="relu", name="ok"),
+            _negative_dense("negative"),
+            Log(name="log"),
+            keras.layers.Dense(2, name="after"),
+        ]
+    )
     x = np.abs(X) + 0.1
     manual, h = None, x
     for layer in model.layers:  # the inline version: feed the batch through layer by layer
@@ -359,7 +420,9 @@ class SubclassedWithRawOp(keras.Model):
     def __init__(self, raw_log=False, **kwargs):
         super().__init__(**kwargs)
         self.raw_log = raw_log
-        self.first = keras.layers.Dense(3, name="first", kernel_initializer=keras.initializers.Constant(-1.0))
+        self.first = keras.layers.Dense(
+            3, name="first", kernel_initializer=keras.initializers.Constant(-1.0)
+        )
         self.log = Log(name="log")
         self.second = keras.layers.Dense(2, name="second")
 
@@ -372,7 +435,10 @@ class SubclassedWithRawOp(keras.Model):
 def test_first_nonfinite_in_a_subclassed_model():
     x = np.abs(X) + 0.1
     assert first_nonfinite(SubclassedWithRawOp(name="sub"), x) == "log"
-    assert first_nonfinite(SubclassedWithRawOp(raw_log=True, name="sub"), x) == "sub.call, before 'second'"
+    assert (
+        first_nonfinite(SubclassedWithRawOp(raw_log=True, name="sub"), x)
+        == "sub.call, before 'second'"
+    )
 
 
 def test_first_nonfinite_restores_the_layers_even_after_an_error():
@@ -395,7 +461,9 @@ def _norm_model():
     keras.utils.set_random_seed(0)
     inputs = keras.Input((3,))
     h = keras.layers.Dense(3, name="dense", kernel_initializer="ones")(inputs)
-    norm = keras.layers.Lambda(lambda t: keras.ops.sqrt(keras.ops.sum(t * t, axis=-1, keepdims=True)), name="norm")(h)
+    norm = keras.layers.Lambda(
+        lambda t: keras.ops.sqrt(keras.ops.sum(t * t, axis=-1, keepdims=True)), name="norm"
+    )(h)
     return keras.Model(inputs, keras.layers.Dense(1, name="head")(norm))
 
 
@@ -405,8 +473,10 @@ def test_first_nonfinite_gradient_names_the_variable_and_matches_the_tape():
     assert first_nonfinite(model, x) is None  # the forward pass is finite
     with tf.GradientTape() as tape:
         value = loss(y, model(x, training=True))
-    reference = {v.path: np.isfinite(g.numpy()).all() for v, g in
-                 zip(model.trainable_variables, tape.gradient(value, model.trainable_variables))}
+    reference = {
+        v.path: np.isfinite(g.numpy()).all()
+        for v, g in zip(model.trainable_variables, tape.gradient(value, model.trainable_variables))
+    }
     found = first_nonfinite_gradient(model, x, y, loss=loss)
     assert found == "dense/bias" and not reference[found]
     assert reference["head/kernel"] and reference["head/bias"]
@@ -420,9 +490,15 @@ def test_gradient_norms_equal_the_tape_in_backprop_order():
     with tf.GradientTape() as tape:
         value = loss(y, model(x, training=True))
     gradients = tape.gradient(value, model.trainable_variables)
-    expected = {v.path: float(np.linalg.norm(g.numpy().astype(np.float64)))
-                for v, g in zip(model.trainable_variables, gradients)}
-    assert list(norms) == list(expected)[::-1] == ["head/bias", "head/kernel", "dense/bias", "dense/kernel"]
+    expected = {
+        v.path: float(np.linalg.norm(g.numpy().astype(np.float64)))
+        for v, g in zip(model.trainable_variables, gradients)
+    }
+    assert (
+        list(norms)
+        == list(expected)[::-1]
+        == ["head/bias", "head/kernel", "dense/bias", "dense/kernel"]
+    )
     for path, norm in norms.items():
         assert norm == pytest.approx(expected[path], rel=1e-6)
 
@@ -499,8 +575,11 @@ def test_check_variable_batch_flags_static_batch_size_and_passes_the_fix():
 
 
 def test_check_variable_batch_bad_input():
-    with pytest.raises(ValueError, match=r"sample_input: expected arrays with a batch of at least 2, "
-                                         r"got ndarray of shape \(1, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"sample_input: expected arrays with a batch of at least 2, "
+        r"got ndarray of shape \(1, 3\)",
+    ):
         check_variable_batch(keras.layers.Dense(2), np.ones((1, 3), "float32"))
     with pytest.raises(TypeError, match="layer: expected a callable"):
         check_variable_batch(None, X)
@@ -509,10 +588,18 @@ def test_check_variable_batch_bad_input():
 def test_check_variable_batch_names_a_sample_the_layer_cannot_take():
     dense = keras.layers.Dense(2)
     dense.build((None, 3))
-    with pytest.raises(ValueError, match=r"^sample_input: expected an input .* accepts, got ndarray of shape \(4, 5\)"):
-        check_variable_batch(dense, np.ones((4, 5), "float32"))  # before: reported as a tracing problem
-    with pytest.raises(ValueError, match=r"^sample_input: expected an array, or a list, tuple or dict of arrays "
-                                         r"of numbers, got dict {}"):
+    with pytest.raises(
+        ValueError,
+        match=r"^sample_input: expected an input .* accepts, got ndarray of shape \(4, 5\)",
+    ):
+        check_variable_batch(
+            dense, np.ones((4, 5), "float32")
+        )  # before: reported as a tracing problem
+    with pytest.raises(
+        ValueError,
+        match=r"^sample_input: expected an array, or a list, tuple or dict of arrays "
+        r"of numbers, got dict {}",
+    ):
         check_variable_batch(dense, {})
 
 
@@ -520,7 +607,10 @@ def test_gradient_helpers_refuse_targets_they_cannot_blame_on_a_layer():
     dense, loss = keras.layers.Dense(2), keras.losses.MeanSquaredError()
     with pytest.raises(ValueError, match="^targets: expected finite values, got NaN or Inf"):
         first_nonfinite_gradient(dense, X, np.full((4, 2), np.nan, "float32"), loss=loss)
-    with pytest.raises(ValueError, match=r"^targets: expected arrays with the batch size of the model's output \(4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"^targets: expected arrays with the batch size of the model's output \(4\)",
+    ):
         gradient_norms(dense, X, np.zeros((3, 2), "float32"), loss=loss)
 
 

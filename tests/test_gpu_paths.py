@@ -27,8 +27,16 @@ from companion.gradients import ClippedIdentity
 from companion.kernels import CppGaussianBlur
 from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock
 from companion.models import MultiModalModel, functional_multimodal, image_branch, meta_branch
-from companion.optimizers import (AdamW, ClipGlobalNorm, GaussianNoise, Lookahead, MagnitudePruning, TaskWeights,
-                                  TopK, TransformGradients)
+from companion.optimizers import (
+    AdamW,
+    ClipGlobalNorm,
+    GaussianNoise,
+    Lookahead,
+    MagnitudePruning,
+    TaskWeights,
+    TopK,
+    TransformGradients,
+)
 from companion.pyfunc import GaussianBlur
 
 IMAGE = (8, 8, 3)
@@ -38,7 +46,9 @@ CLASSES = 3
 
 def _head(*body):
     """A classifier of IMAGE-shaped inputs whose first layers are ``body``."""
-    return keras.Sequential([keras.Input(IMAGE), *body, keras.layers.Flatten(), keras.layers.Dense(CLASSES)])
+    return keras.Sequential(
+        [keras.Input(IMAGE), *body, keras.layers.Flatten(), keras.layers.Dense(CLASSES)]
+    )
 
 
 def _vector_model(*body):
@@ -49,18 +59,44 @@ def _vector_model(*body):
 MODELS = {
     "CustomDense": (lambda: _vector_model(CustomDense(6, activation="relu")), True, "vector"),
     "ResidualBlock": (lambda: _vector_model(ResidualBlock(META, hidden_units=6)), True, "vector"),
-    "AdditiveGaussianNoise": (lambda: _vector_model(AdditiveGaussianNoise(0.1, seed=1)), True, "vector"),
-    "ClippedIdentity": (lambda: _vector_model(keras.layers.Dense(META), ClippedIdentity()), True, "vector"),
+    "AdditiveGaussianNoise": (
+        lambda: _vector_model(AdditiveGaussianNoise(0.1, seed=1)),
+        True,
+        "vector",
+    ),
+    "ClippedIdentity": (
+        lambda: _vector_model(keras.layers.Dense(META), ClippedIdentity()),
+        True,
+        "vector",
+    ),
     "GaussianBlur": (lambda: _head(GaussianBlur(3)), True, "image"),
     "CppGaussianBlur": (lambda: _head(CppGaussianBlur(3)), False, "image"),
-    "image_branch": (lambda: keras.Sequential([image_branch(IMAGE, filters=(4, 4), units=8),
-                                               keras.layers.Dense(CLASSES)]), True, "image"),
-    "meta_branch": (lambda: keras.Sequential([meta_branch(META, units=(8, 8)), keras.layers.Dense(CLASSES)]),
-                    True, "vector"),
-    "functional_multimodal": (lambda: functional_multimodal(IMAGE, META, CLASSES, filters=(4, 4), image_units=8,
-                                                            meta_units=(8, 8), fused_units=8), True, "pair"),
-    "MultiModalModel": (lambda: MultiModalModel(CLASSES, filters=(4, 4), image_units=8, meta_units=(8, 8),
-                                                fused_units=8), True, "pair"),
+    "image_branch": (
+        lambda: keras.Sequential(
+            [image_branch(IMAGE, filters=(4, 4), units=8), keras.layers.Dense(CLASSES)]
+        ),
+        True,
+        "image",
+    ),
+    "meta_branch": (
+        lambda: keras.Sequential([meta_branch(META, units=(8, 8)), keras.layers.Dense(CLASSES)]),
+        True,
+        "vector",
+    ),
+    "functional_multimodal": (
+        lambda: functional_multimodal(
+            IMAGE, META, CLASSES, filters=(4, 4), image_units=8, meta_units=(8, 8), fused_units=8
+        ),
+        True,
+        "pair",
+    ),
+    "MultiModalModel": (
+        lambda: MultiModalModel(
+            CLASSES, filters=(4, 4), image_units=8, meta_units=(8, 8), fused_units=8
+        ),
+        True,
+        "pair",
+    ),
 }
 
 #: name -> a fresh optimizer (the inner optimizers of the wrappers are plain Keras ones).
@@ -68,10 +104,12 @@ OPTIMIZERS = {
     "AdamW": lambda: AdamW(0.01),
     "Lookahead": lambda: Lookahead(keras.optimizers.SGD(0.1), sync_period=1),
     "TransformGradients": lambda: TransformGradients(
-        keras.optimizers.SGD(0.1), [ClipGlobalNorm(1.0), TopK(0.5), TaskWeights({"dense": 0.5})]),
+        keras.optimizers.SGD(0.1), [ClipGlobalNorm(1.0), TopK(0.5), TaskWeights({"dense": 0.5})]
+    ),
     # XLA draws other normal numbers from the same seed: trained, but not compared with the graph.
     "TransformGradients, GaussianNoise": lambda: TransformGradients(
-        keras.optimizers.SGD(0.1), [GaussianNoise(0.01)]),
+        keras.optimizers.SGD(0.1), [GaussianNoise(0.01)]
+    ),
 }
 
 
@@ -99,8 +137,12 @@ def _public_classes(base):
         if module.name.startswith("_"):
             continue
         for name, obj in vars(import_module(f"companion.{module.name}")).items():
-            if (inspect.isclass(obj) and issubclass(obj, base) and not name.startswith("_")
-                    and obj.__module__ == f"companion.{module.name}"):
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, base)
+                and not name.startswith("_")
+                and obj.__module__ == f"companion.{module.name}"
+            ):
                 found.add(name)
     return found
 
@@ -125,11 +167,17 @@ def _one_step(model, kind, optimizer, *, gpu, callbacks=()):
     """Compile (as on a GPU when ``gpu``), fit one batch; the loss and the weights before/after."""
     x, y = _data(kind)
     model(x)  # build
-    logits = model.layers[-1].get_config().get("activation") != "softmax"  # chapter 6's models: softmax
+    logits = (
+        model.layers[-1].get_config().get("activation") != "softmax"
+    )  # chapter 6's models: softmax
     with simulated_gpu() if gpu else contextlib.nullcontext():
-        model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=logits))
+        model.compile(
+            optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=logits)
+        )
     before = [w.numpy().copy() for w in model.trainable_weights]
-    history = model.fit(x, y, batch_size=len(y), epochs=1, shuffle=False, verbose=0, callbacks=list(callbacks))
+    history = model.fit(
+        x, y, batch_size=len(y), epochs=1, shuffle=False, verbose=0, callbacks=list(callbacks)
+    )
     return history.history["loss"][0], before, [w.numpy() for w in model.trainable_weights]
 
 
@@ -140,10 +188,14 @@ def test_one_step_fit_with_the_choice_keras_makes_on_a_gpu(name, policy):
     keras.utils.set_random_seed(0)
     model = build()
     loss, before, after = _one_step(model, kind, keras.optimizers.SGD(0.1), gpu=True)
-    assert model.jit_compile is xla, f"{name}: compile chose jit_compile={model.jit_compile} on a GPU"
+    assert model.jit_compile is xla, (
+        f"{name}: compile chose jit_compile={model.jit_compile} on a GPU"
+    )
     assert np.isfinite(loss)
     assert any(not np.array_equal(b, a) for b, a in zip(before, after)), f"{name}: no weight moved"
-    assert all(w.dtype == "float32" for w in model.weights), "variables stay float32 under any policy"
+    assert all(w.dtype == "float32" for w in model.weights), (
+        "variables stay float32 under any policy"
+    )
     if policy == "mixed_float16":
         assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
         x, _ = _data(kind)
@@ -160,7 +212,9 @@ def test_each_optimizer_trains_under_xla_as_it_does_without(name, policy):
         results.append(_one_step(model, "vector", OPTIMIZERS[name](), gpu=gpu))
         assert model.jit_compile is gpu
     (loss_xla, before, after_xla), (loss_graph, _, after_graph) = results
-    assert np.isfinite(loss_xla) and any(not np.array_equal(b, a) for b, a in zip(before, after_xla))
+    assert np.isfinite(loss_xla) and any(
+        not np.array_equal(b, a) for b, a in zip(before, after_xla)
+    )
     if "GaussianNoise" in name:
         return
     tolerance = 1e-5 if policy == "float32" else 2e-3  # float16 rounds differently when XLA fuses
@@ -173,7 +227,9 @@ def test_magnitude_pruning_under_xla_and_mixed_precision(policy):
     keras.utils.set_random_seed(0)
     model = _vector_model(keras.layers.Dense(8, activation="relu"))
     pruning = MagnitudePruning(0.5, begin_step=0, end_step=1, frequency=1)
-    loss, _, after = _one_step(model, "vector", keras.optimizers.SGD(0.1), gpu=True, callbacks=[pruning])
+    loss, _, after = _one_step(
+        model, "vector", keras.optimizers.SGD(0.1), gpu=True, callbacks=[pruning]
+    )
     assert model.jit_compile is True and np.isfinite(loss)
     kernels = [w for w in model.trainable_weights if "kernel" in w.path]
     assert all(float(np.mean(w.numpy() == 0)) == 0.5 for w in kernels)

@@ -1,4 +1,3 @@
-
 import keras
 import numpy as np
 import pytest
@@ -66,7 +65,9 @@ def test_clipped_identity_with_zero_leak_has_clip_by_value_gradient():
 
 
 def test_clipped_identity_tensor_bounds_in_tf_function_with_signature():
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.float64)] + [tf.TensorSpec([], tf.float64)] * 2)
+    @tf.function(
+        input_signature=[tf.TensorSpec([None], tf.float64)] + [tf.TensorSpec([], tf.float64)] * 2
+    )
     def fn(x, low, high):
         with tf.GradientTape() as tape:
             tape.watch(x)
@@ -185,8 +186,12 @@ def test_leaky_clip_lets_a_saturated_layer_train():
     def first_kernel_change(leak):
         keras.utils.set_random_seed(0)
         inputs = keras.Input((3,))
-        hidden = keras.layers.Dense(8, bias_initializer=keras.initializers.Constant(4.0), name="hidden")
-        model = keras.Model(inputs, keras.layers.Dense(1)(ClippedIdentity(leak=leak)(hidden(inputs))))
+        hidden = keras.layers.Dense(
+            8, bias_initializer=keras.initializers.Constant(4.0), name="hidden"
+        )
+        model = keras.Model(
+            inputs, keras.layers.Dense(1)(ClippedIdentity(leak=leak)(hidden(inputs)))
+        )
         model.compile(keras.optimizers.Adam(0.01), "mse")
         before = hidden.kernel.numpy().copy()
         model.fit(x, y, epochs=2, batch_size=32, verbose=0)
@@ -241,7 +246,13 @@ def test_default_delta_is_power_of_two_near_cube_root_of_eps():
     ("fn", "x", "kwargs", "error", "match"),
     [
         ("not callable", np.ones(3), {}, TypeError, "fn: expected a callable"),
-        (tf.sin, np.arange(3, dtype=np.int64), {}, TypeError, "x: expected float16, .* got dtype int64"),
+        (
+            tf.sin,
+            np.arange(3, dtype=np.int64),
+            {},
+            TypeError,
+            "x: expected float16, .* got dtype int64",
+        ),
         (tf.sin, tf.constant([1, 2]), {}, TypeError, "x: expected float16"),
         (tf.sin, np.zeros(0), {}, ValueError, "x: expected at least one element"),
         (tf.sin, np.ones(3), {"delta": 0.0}, ValueError, "delta"),
@@ -332,8 +343,11 @@ def test_value_and_gradient_against_closed_forms_and_none_for_flat_ops():
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf.function"])
-@pytest.mark.parametrize("make", [np.array, tf.constant, lambda v: keras.Variable(v, dtype="float32")],
-                         ids=["numpy", "tensor", "keras.Variable"])
+@pytest.mark.parametrize(
+    "make",
+    [np.array, tf.constant, lambda v: keras.Variable(v, dtype="float32")],
+    ids=["numpy", "tensor", "keras.Variable"],
+)
 def test_array_bounds_must_be_below_each_other_element_wise(make, graph):
     # Used to be accepted: tf.clip_by_value then returns clip_max where clip_min > clip_max.
     clip_min, clip_max = make([0.0, 2.0, -1.0]), make([1.0, 1.0, 1.0])
@@ -344,15 +358,42 @@ def test_array_bounds_must_be_below_each_other_element_wise(make, graph):
         fn(x, clip_min, clip_max)
 
 
-@pytest.mark.parametrize("bound, error, match", [
-    (np.array([np.nan, 0.0, 0.0]), ValueError, r"^clip_min: expected finite values that float32 holds, got "),
-    (np.array([-1e300, 0.0, 0.0]), ValueError, r"^clip_min: expected finite values that float32 holds, got "),
-    (-1e300, ValueError, r"^clip_min: expected a finite number >= -3.40282e\+38 and <= 3.40282e\+38, got "),
-    (np.ones((2, 2)), ValueError, r"^clip_min: expected a number or a tensor broadcasting to x's shape \(2, 3\)"),
-    (np.ones((4, 2, 3)), ValueError, r"^clip_min: expected a number or a tensor broadcasting to x's shape"),
-    (np.array(["a", "b", "c"]), TypeError, r"^clip_min: expected a number or a real-valued tensor, got dtype"),
-    ([0.0, 0.0, 0.0], TypeError, r"^clip_min: expected a finite number or a tensor, got list "),
-])
+@pytest.mark.parametrize(
+    "bound, error, match",
+    [
+        (
+            np.array([np.nan, 0.0, 0.0]),
+            ValueError,
+            r"^clip_min: expected finite values that float32 holds, got ",
+        ),
+        (
+            np.array([-1e300, 0.0, 0.0]),
+            ValueError,
+            r"^clip_min: expected finite values that float32 holds, got ",
+        ),
+        (
+            -1e300,
+            ValueError,
+            r"^clip_min: expected a finite number >= -3.40282e\+38 and <= 3.40282e\+38, got ",
+        ),
+        (
+            np.ones((2, 2)),
+            ValueError,
+            r"^clip_min: expected a number or a tensor broadcasting to x's shape \(2, 3\)",
+        ),
+        (
+            np.ones((4, 2, 3)),
+            ValueError,
+            r"^clip_min: expected a number or a tensor broadcasting to x's shape",
+        ),
+        (
+            np.array(["a", "b", "c"]),
+            TypeError,
+            r"^clip_min: expected a number or a real-valued tensor, got dtype",
+        ),
+        ([0.0, 0.0, 0.0], TypeError, r"^clip_min: expected a finite number or a tensor, got list "),
+    ],
+)
 def test_bad_bounds_are_named(bound, error, match):
     with pytest.raises(error, match=match):
         clipped_identity(np.zeros((2, 3), "float32"), bound, 1e30)
@@ -360,7 +401,10 @@ def test_bad_bounds_are_named(bound, error, match):
 
 def test_leak_must_fit_in_x_dtype():
     x = tf.constant([2.0])
-    with pytest.raises(ValueError, match=r"^leak: expected a finite number >= 0 and <= 3.40282e\+38, got float 1e\+300$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^leak: expected a finite number >= 0 and <= 3.40282e\+38, got float 1e\+300$",
+    ):
         clipped_identity(x, leak=1e300)
     assert clipped_identity(tf.constant([2.0], tf.float64), leak=1e300).numpy().tolist() == [1.0]
     with pytest.raises(ValueError, match=r"^leak: .*<= 65504"):
@@ -368,9 +412,14 @@ def test_leak_must_fit_in_x_dtype():
 
 
 def test_layer_parameters_must_fit_in_its_compute_dtype():
-    with pytest.raises(ValueError, match=r"^clip_max: expected a finite number >= -3.40282e\+38 and <= 3.40282e\+38"):
+    with pytest.raises(
+        ValueError,
+        match=r"^clip_max: expected a finite number >= -3.40282e\+38 and <= 3.40282e\+38",
+    ):
         ClippedIdentity(0.0, 1e300)
-    with pytest.raises(ValueError, match=r"^leak: expected a finite number >= 0 and <= 65504, got float 100000.0$"):
+    with pytest.raises(
+        ValueError, match=r"^leak: expected a finite number >= 0 and <= 65504, got float 100000.0$"
+    ):
         ClippedIdentity(leak=1e5, dtype="mixed_float16")
 
 
@@ -385,8 +434,11 @@ def test_layer_call_names_its_inputs(inputs):
 @pytest.mark.parametrize("dtype", [None, 1, "3", "", "int32", tf.int32, np.int64, object()])
 def test_default_delta_names_a_bad_dtype(dtype):
     # tf.as_dtype(1) is float32 (an enum value) and tf.as_dtype(None) raised TF's own TypeError.
-    with pytest.raises(TypeError, match=r"^dtype: expected float16, float32 or float64 \(a name, NumPy or TensorFlow"
-                                        r" dtype\), got "):
+    with pytest.raises(
+        TypeError,
+        match=r"^dtype: expected float16, float32 or float64 \(a name, NumPy or TensorFlow"
+        r" dtype\), got ",
+    ):
         default_delta(dtype)
 
 
@@ -399,7 +451,9 @@ def test_gradient_error_and_value_and_gradient_name_a_bad_x(x):
 
 
 def test_gradient_error_delta_must_fit_in_x_dtype():
-    with pytest.raises(ValueError, match=r"^delta: expected a finite number > 0 and <= 3.40282e\+38"):
+    with pytest.raises(
+        ValueError, match=r"^delta: expected a finite number > 0 and <= 3.40282e\+38"
+    ):
         gradient_error(tf.sin, np.ones(3, "float32"), delta=1e300)
     with pytest.raises(TypeError, match=r"^fn: expected a callable taking one tensor, got int 3$"):
         gradient_error(3, np.ones(3))

@@ -1,4 +1,3 @@
-
 import keras
 import pytest
 import tensorflow as tf
@@ -46,7 +45,12 @@ def test_weights_table_marks_non_trainable_weights():
     norm = keras.layers.BatchNormalization(name="bn")
     norm.build((None, 4))
     trainable = {path: flag for path, _, _, flag in weights_table(norm)}
-    assert trainable == {"bn/gamma": True, "bn/beta": True, "bn/moving_mean": False, "bn/moving_variance": False}
+    assert trainable == {
+        "bn/gamma": True,
+        "bn/beta": True,
+        "bn/moving_mean": False,
+        "bn/moving_variance": False,
+    }
 
 
 def test_weights_table_rejects_non_layers():
@@ -59,9 +63,13 @@ def test_layer_edges_functional_and_sequential():
     b = keras.Input((2,), name="b")
     joined = keras.layers.Concatenate(name="join")([keras.layers.Dense(3, name="da")(a), b])
     model = keras.Model([a, b], keras.layers.Dense(1, name="out")(joined))
-    assert sorted(layer_edges(model)) == sorted([("a", "da"), ("da", "join"), ("b", "join"), ("join", "out")])
+    assert sorted(layer_edges(model)) == sorted(
+        [("a", "da"), ("da", "join"), ("b", "join"), ("join", "out")]
+    )
 
-    seq = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="h"), keras.layers.Dense(1, name="o")])
+    seq = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(2, name="h"), keras.layers.Dense(1, name="o")]
+    )
     assert layer_edges(seq) == [("h", "o")]
 
 
@@ -80,7 +88,9 @@ def test_layer_edges_rejects_subclassed_models():
 
 def _two_branch_model():
     image, meta = keras.Input((8, 8, 3), name="image"), keras.Input((4,), name="meta")
-    x = keras.layers.GlobalAveragePooling2D(name="pool")(keras.layers.Conv2D(2, 3, name="conv")(image))
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(
+        keras.layers.Conv2D(2, 3, name="conv")(image)
+    )
     m = keras.layers.Dense(2, name="meta_dense")(meta)
     out = keras.layers.Dense(3, name="logits")(keras.layers.Concatenate(name="concat")([x, m]))
     return keras.Model([image, meta], out)
@@ -106,8 +116,11 @@ def test_layer_graph_edges_never_cross_another_layers_box_and_end_at_box_edges()
     model = _two_branch_model()  # meta_dense -> concat skips the column of pool
     ax = plot_layer_graph(model)
     to_data = ax.transData.inverted()
-    boxes = {t.get_text().split("\n")[0]: to_data.transform(t.get_bbox_patch().get_window_extent())
-             for t in ax.texts if not isinstance(t, matplotlib.text.Annotation)}
+    boxes = {
+        t.get_text().split("\n")[0]: to_data.transform(t.get_bbox_patch().get_window_extent())
+        for t in ax.texts
+        if not isinstance(t, matplotlib.text.Annotation)
+    }
     arrows = [a for a in ax.texts if isinstance(a, matplotlib.text.Annotation)]
     assert len(arrows) == len(layer_edges(model))
     segments = [list(line.get_xydata()) for line in ax.lines]
@@ -117,8 +130,10 @@ def test_layer_graph_edges_never_cross_another_layers_box_and_end_at_box_edges()
             touching = [name for name, box in boxes.items() if _segment_hits_box(p, q, box)]
             assert not touching, f"segment {p} -> {q} crosses the box of {touching}"
     for arrow in arrows:  # each arrowhead ends on the left edge of a box, not inside it
-        assert any(abs(arrow.xy[0] - box[0][0]) < 1e-6 and box[0][1] <= arrow.xy[1] <= box[1][1]
-                   for box in boxes.values())
+        assert any(
+            abs(arrow.xy[0] - box[0][0]) < 1e-6 and box[0][1] <= arrow.xy[1] <= box[1][1]
+            for box in boxes.values()
+        )
     plt.close(ax.figure)
 
 
@@ -129,7 +144,9 @@ def test_traced_ops_refuses_an_ignore_that_is_not_a_collection_of_names(ignore):
 
 
 def test_traced_ops_takes_a_set_of_names():
-    assert traced_ops(tf.math.sin, tf.TensorSpec([2], tf.float32), ignore={"Placeholder", "Identity"}) == ["Sin"]
+    assert traced_ops(
+        tf.math.sin, tf.TensorSpec([2], tf.float32), ignore={"Placeholder", "Identity"}
+    ) == ["Sin"]
 
 
 def test_layer_edges_names_a_subclassed_model_whose_config_cannot_be_made():
@@ -141,7 +158,10 @@ def test_layer_edges_names_a_subclassed_model_whose_config_cannot_be_made():
         def call(self, x):
             return self.dense(x)
 
-    with pytest.raises(TypeError, match="^model: expected a Functional or Sequential keras.Model, got NeedsArgument"):
+    with pytest.raises(
+        TypeError,
+        match="^model: expected a Functional or Sequential keras.Model, got NeedsArgument",
+    ):
         layer_edges(NeedsArgument(2))
 
 

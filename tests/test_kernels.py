@@ -19,6 +19,7 @@ from companion.kernels import BuildError, CppGaussianBlur, build_blur_op, cpp_bl
 from companion.notebook import run_python
 from companion.pyfunc import gaussian_kernel, native_blur
 
+
 def _blur_matrix(op, kernel, shape):
     """The dense matrix of a linear op on images of ``shape``, column by column."""
     size = int(np.prod(shape))
@@ -56,27 +57,43 @@ def test_large_batches_split_in_chunks_over_threads_equal_opencv_and_native_grad
 ):
     # 8 * 128 rows of 96 x 3 floats: about 50 chunks, shared by the caller and the pool's threads.
     images = tf.constant(random_images((8, 128, 96, 3), seed=6))
-    np.testing.assert_allclose(cpp_blur(images, 7).numpy(), opencv_blur(images.numpy(), 7, 0.0), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        cpp_blur(images, 7).numpy(), opencv_blur(images.numpy(), 7, 0.0), rtol=0, atol=1e-5
+    )
     upstream = tf.constant(random_images((8, 128, 96, 3), seed=7))
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(images)
-        ours, theirs = (tf.reduce_sum(blur(images, 7) * upstream) for blur in (cpp_blur, native_blur))
-    np.testing.assert_allclose(tape.gradient(ours, images), tape.gradient(theirs, images), rtol=0, atol=1e-5)
+        ours, theirs = (
+            tf.reduce_sum(blur(images, 7) * upstream) for blur in (cpp_blur, native_blur)
+        )
+    np.testing.assert_allclose(
+        tape.gradient(ours, images), tape.gradient(theirs, images), rtol=0, atol=1e-5
+    )
 
 
 def test_float64_and_unknown_shape_in_tf_function(random_images, opencv_blur):
     images = random_images((2, 10, 14, 2), dtype=np.float64)
     spec = tf.TensorSpec([None, None, None, 2], tf.float64)
     traced = tf.function(lambda x: cpp_blur(x, 7, 1.5), input_signature=[spec])
-    assert traced.get_concrete_function().output_shapes.as_list() == [None, None, None, 2]  # shape fn
+    assert traced.get_concrete_function().output_shapes.as_list() == [
+        None,
+        None,
+        None,
+        2,
+    ]  # shape fn
     got = traced(images).numpy()
     assert got.dtype == np.float64
     assert np.abs(got - opencv_blur(images, 7, 1.5)).max() < 1e-12
 
 
 def test_smallest_images_and_empty_batch(random_images):
-    image = random_images((3, 3, 1))  # height = width = ksize // 2 + 1: every output pixel is a border pixel
-    assert np.abs(cpp_blur(image, 5).numpy() - cv2.GaussianBlur(image, (5, 5), 0)[..., None]).max() < 1e-6
+    image = random_images(
+        (3, 3, 1)
+    )  # height = width = ksize // 2 + 1: every output pixel is a border pixel
+    assert (
+        np.abs(cpp_blur(image, 5).numpy() - cv2.GaussianBlur(image, (5, 5), 0)[..., None]).max()
+        < 1e-6
+    )
     assert cpp_blur(np.zeros((0, 8, 8, 3), np.float32)).shape == (0, 8, 8, 3)
 
 
@@ -112,7 +129,13 @@ def test_gradient_of_the_gradient_and_against_native_blur(random_images):
         ours = tf.reduce_sum(cpp_blur(x, 5, 1.0) * upstream)
         theirs = tf.reduce_sum(native_blur(x, 5, 1.0) * upstream)
     np.testing.assert_allclose(tape.gradient(ours, x), tape.gradient(theirs, x), rtol=0, atol=1e-12)
-    assert gradient_error(lambda t: load_blur_op().gaussian_blur_grad(t, gaussian_kernel(3)), random_images((1, 4, 5, 1))) < 1e-9
+    assert (
+        gradient_error(
+            lambda t: load_blur_op().gaussian_blur_grad(t, gaussian_kernel(3)),
+            random_images((1, 4, 5, 1)),
+        )
+        < 1e-9
+    )
 
 
 # Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back as a list.
@@ -151,7 +174,9 @@ def test_layer_trains_saves_and_loads_in_a_fresh_process(tmp_path, random_images
         print("keras:", np.abs(restored(x).numpy() - y).max() < 1e-6, restored.get_layer("blur").ksize)
     """)
     result = run_python(code)
-    assert result.stdout.split() == "without the library: True exported: True keras: True 7".split(), result.stderr[-2000:]
+    assert (
+        result.stdout.split() == "without the library: True exported: True keras: True 7".split()
+    ), result.stderr[-2000:]
 
 
 def test_tflite_cannot_run_the_op(tmp_path):
@@ -169,8 +194,11 @@ def test_tflite_cannot_run_the_op(tmp_path):
         ({"ksize": 0}, ValueError, "ksize"),
         ({"ksize": 5.0}, TypeError, "ksize"),
         ({"sigma": -1.0}, ValueError, "sigma"),
-        ({"images": np.zeros((8, 8, 3), np.int32)}, TypeError,
-         "images: expected a floating-point tensor .*, got dtype int32; cast it first"),
+        (
+            {"images": np.zeros((8, 8, 3), np.int32)},
+            TypeError,
+            "images: expected a floating-point tensor .*, got dtype int32; cast it first",
+        ),
         ({"images": np.zeros((8, 8, 3), np.complex64)}, TypeError, "got dtype complex64"),
         ({"images": {"a": 1}}, TypeError, "images: expected a floating-point tensor, got dict"),
         ({"images": np.zeros((8, 8), np.float32)}, ValueError, "images: expected rank 3"),
@@ -186,9 +214,13 @@ def test_bad_input_raises_clear_errors(kwargs, error, match, random_images):
 
 def test_the_kernel_checks_its_inputs_too(random_images):
     op = load_blur_op()
-    with pytest.raises(tf.errors.InvalidArgumentError, match="kernel: expected rank 1 with an odd length"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="kernel: expected rank 1 with an odd length"
+    ):
         op.gaussian_blur(random_images((1, 8, 8, 1)), np.ones(4, np.float32))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="images: expected height and width > ksize // 2"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="images: expected height and width > ksize // 2"
+    ):
         op.gaussian_blur(random_images((1, 2, 8, 1)), np.ones(5, np.float32))
     with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="rank 4|must be rank 4"):
         op.gaussian_blur(random_images((8, 8, 1)), np.ones(5, np.float32))
@@ -198,7 +230,9 @@ def test_the_kernel_checks_its_inputs_too(random_images):
 
 def test_missing_compiler_and_headers_say_what_is_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("WHITE_BOX_TF_CXX", "no-such-compiler-g++")
-    with pytest.raises(BuildError, match="no-such-compiler-g\\+\\+.*not found.*apt-get install g\\+\\+"):
+    with pytest.raises(
+        BuildError, match="no-such-compiler-g\\+\\+.*not found.*apt-get install g\\+\\+"
+    ):
         build_blur_op(cache_dir=tmp_path)
     monkeypatch.delenv("WHITE_BOX_TF_CXX")
     monkeypatch.setattr(kernels, "tensorflow_flags", lambda: (["-I/nowhere/include"], []))
@@ -221,16 +255,29 @@ def test_concurrent_builds_compile_once_and_the_cache_is_reused(monkeypatch, tmp
     # Two processes build into an empty cache at once: one compiles, the other waits and reuses.
     code = "from companion.kernels import build_blur_op; print(build_blur_op())"
     env = {**os.environ, "WHITE_BOX_TF_CACHE": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    children = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=env) for _ in range(2)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
     outputs = [child.communicate(timeout=300) for child in children]
     assert all(child.returncode == 0 for child in children), [err[-1000:] for _, err in outputs]
     paths = {out.strip() for out, _ in outputs}
     assert len(paths) == 1
     library = paths.pop()
-    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock") == ["blur_op.so", "manifest.json"]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock") == [
+        "blur_op.so",
+        "manifest.json",
+    ]
     # A second build with the same key does not run the compiler.
-    monkeypatch.setattr(kernels, "_compile", lambda *args: pytest.fail("recompiled a cached library"))
+    monkeypatch.setattr(
+        kernels, "_compile", lambda *args: pytest.fail("recompiled a cached library")
+    )
     assert str(build_blur_op(cache_dir=tmp_path)) == library
     monkeypatch.setenv("WHITE_BOX_TF_CACHE", str(tmp_path))
     assert str(build_blur_op()) == library
@@ -277,7 +324,9 @@ def test_auto_jit_compile_on_a_gpu_leaves_the_compiled_blur_out_of_xla(random_im
     assert jitted.jit_compile is True  # the fake GPU works: Keras chose XLA for the native blur
     model = _compile_as_on_a_gpu(_blur_model(CppGaussianBlur()))
     # Under XLA this step fails: "No registered 'GaussianBlur' OpKernel for XLA_CPU_JIT devices".
-    history = model.fit(random_images((4, 16, 16, 3)), np.zeros((4, 2), np.float32), epochs=1, verbose=0)
+    history = model.fit(
+        random_images((4, 16, 16, 3)), np.zeros((4, 2), np.float32), epochs=1, verbose=0
+    )
     assert np.isfinite(history.history["loss"][0]) and model.jit_compile is False
 
 
@@ -289,15 +338,24 @@ def test_half_precision_images_are_blurred_in_float32_and_returned_in_their_dtyp
     half = tf.cast(images, dtype)
     got = cpp_blur(half, 5, 1.2)
     assert got.dtype == dtype
-    expected = tf.cast(opencv_blur(tf.cast(half, tf.float32).numpy(), 5, 1.2), dtype)  # one rounding
-    np.testing.assert_array_equal(tf.cast(got, tf.float32).numpy(), tf.cast(expected, tf.float32).numpy())
+    expected = tf.cast(
+        opencv_blur(tf.cast(half, tf.float32).numpy(), 5, 1.2), dtype
+    )  # one rounding
+    np.testing.assert_array_equal(
+        tf.cast(got, tf.float32).numpy(), tf.cast(expected, tf.float32).numpy()
+    )
     with tf.GradientTape() as tape:
         tape.watch(half)
         total = tf.reduce_sum(tf.cast(cpp_blur(half, 5, 1.2), tf.float32) * 3.0)
     gradient = tape.gradient(total, half)
     assert gradient.dtype == dtype
-    expected_gradient = load_blur_op().gaussian_blur_grad(tf.fill(half.shape, 3.0), gaussian_kernel(5, 1.2).astype(np.float32))
-    np.testing.assert_array_equal(tf.cast(gradient, tf.float32).numpy(), tf.cast(tf.cast(expected_gradient, dtype), tf.float32).numpy())
+    expected_gradient = load_blur_op().gaussian_blur_grad(
+        tf.fill(half.shape, 3.0), gaussian_kernel(5, 1.2).astype(np.float32)
+    )
+    np.testing.assert_array_equal(
+        tf.cast(gradient, tf.float32).numpy(),
+        tf.cast(tf.cast(expected_gradient, dtype), tf.float32).numpy(),
+    )
 
 
 def test_layer_trains_under_mixed_float16(random_images):
@@ -328,7 +386,11 @@ def test_the_weights_are_computed_once_and_graphs_get_their_own_constant(
     first, second = cpp_blur(images, 13, 0.7), cpp_blur(images, 13, 0.7)  # eager: one cached tensor
     np.testing.assert_array_equal(first.numpy(), second.numpy())
     assert calls == [(13, 0.7)]
-    graph = tf.function(lambda x: cpp_blur(x, 13, 0.7)).get_concrete_function(tf.TensorSpec([2, 9, 9, 3])).graph
+    graph = (
+        tf.function(lambda x: cpp_blur(x, 13, 0.7))
+        .get_concrete_function(tf.TensorSpec([2, 9, 9, 3]))
+        .graph
+    )
     (blur,) = [op for op in graph.get_operations() if op.type == "GaussianBlur"]
     assert blur.inputs[1].op.type == "Const"  # not an eager tensor captured from outside the graph
     assert calls == [(13, 0.7)]
@@ -356,12 +418,16 @@ def test_a_cached_build_loads_without_a_compiler(fresh_build, tmp_path):
         print(build_blur_op())
         print(cpp_blur(np.ones((1, 8, 8, 1), np.float32)).numpy().max())
     """)
-    result = run_python(code, env={"WHITE_BOX_TF_CXX": "/nonexistent", "WHITE_BOX_TF_CACHE": str(root)})
+    result = run_python(
+        code, env={"WHITE_BOX_TF_CXX": "/nonexistent", "WHITE_BOX_TF_CACHE": str(root)}
+    )
     assert result.stdout.split() == [str(library), "1.0"], result.stderr[-2000:]
     # Without a compiler and without a matching build, the error says both.
     with pytest.MonkeyPatch.context() as patched:
         patched.setenv("WHITE_BOX_TF_CXX", "/nonexistent")
-        with pytest.raises(BuildError, match="'/nonexistent', which is not found.*no intact cached build in"):
+        with pytest.raises(
+            BuildError, match="'/nonexistent', which is not found.*no intact cached build in"
+        ):
             build_blur_op(cache_dir=tmp_path)
 
 
@@ -374,8 +440,11 @@ def test_a_build_records_a_manifest_and_compiles_without_warnings(fresh_build):
     manifest = json.loads((library.parent / "manifest.json").read_text())
     assert manifest["tensorflow"] == tf.__version__
     assert manifest["source_sha256"] == hashlib.sha256(kernels.SOURCE.read_bytes()).hexdigest()
-    assert manifest["library"] == {"name": "blur_op.so", "size": library.stat().st_size,
-                                   "sha256": hashlib.sha256(library.read_bytes()).hexdigest()}
+    assert manifest["library"] == {
+        "name": "blur_op.so",
+        "size": library.stat().st_size,
+        "sha256": hashlib.sha256(library.read_bytes()).hexdigest(),
+    }
     warnings = [line for line in manifest["compiler_output"].splitlines() if "warning" in line]
     assert not [line for line in warnings if "blur_op.cc" in line], warnings[:5]
 
@@ -393,7 +462,10 @@ def _copy_of_the_cache(fresh_build, tmp_path):
 
 def _intact(library):
     manifest = json.loads((library.parent / "manifest.json").read_text())["library"]
-    return manifest["size"] == library.stat().st_size and manifest["sha256"] == hashlib.sha256(library.read_bytes()).hexdigest()
+    return (
+        manifest["size"] == library.stat().st_size
+        and manifest["sha256"] == hashlib.sha256(library.read_bytes()).hexdigest()
+    )
 
 
 @pytest.mark.slow
@@ -419,17 +491,30 @@ def _fake_compile(good_library, calls):
     return compile_
 
 
-@pytest.mark.parametrize("damage", ["flipped bytes", "no manifest", "manifest not JSON", "manifest of another file",
-                                    "library missing", "stale partial files"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "flipped bytes",
+        "no manifest",
+        "manifest not JSON",
+        "manifest of another file",
+        "library missing",
+        "stale partial files",
+    ],
+)
 @pytest.mark.slow
 def test_a_damaged_or_unrecorded_build_is_rebuilt(fresh_build, tmp_path, monkeypatch, damage):
     root, library = _copy_of_the_cache(fresh_build, tmp_path)
     manifest = library.parent / "manifest.json"
-    if damage == "flipped bytes":  # same size, other content: TensorFlow's NotFoundError at every load
+    if (
+        damage == "flipped bytes"
+    ):  # same size, other content: TensorFlow's NotFoundError at every load
         data = bytearray(library.read_bytes())
         data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
         library.write_bytes(bytes(data))
-    elif damage == "no manifest":  # e.g. a library copied in by hand, or a build killed before its manifest
+    elif (
+        damage == "no manifest"
+    ):  # e.g. a library copied in by hand, or a build killed before its manifest
         manifest.unlink()
     elif damage == "manifest not JSON":
         manifest.write_text('{"library": ')
@@ -446,7 +531,11 @@ def test_a_damaged_or_unrecorded_build_is_rebuilt(fresh_build, tmp_path, monkeyp
     monkeypatch.setattr(kernels, "_compile", _fake_compile(fresh_build[1], calls))
     assert build_blur_op(cache_dir=root) == library
     assert len(calls) == 1 and _intact(library)
-    assert sorted(p.name for p in library.parent.iterdir()) == [".lock", "blur_op.so", "manifest.json"]
+    assert sorted(p.name for p in library.parent.iterdir()) == [
+        ".lock",
+        "blur_op.so",
+        "manifest.json",
+    ]
     assert build_blur_op(cache_dir=root) == library and len(calls) == 1  # now trusted as it is
 
 
@@ -463,7 +552,9 @@ def test_a_library_tensorflow_cannot_load_is_a_build_error(tmp_path, monkeypatch
     impostor = tmp_path / "blur_op.so"
     impostor.write_text("recorded in its manifest, yet no shared library")
     monkeypatch.setattr(kernels, "build_blur_op", lambda: impostor)
-    with pytest.raises(BuildError, match=f"{impostor}: TensorFlow cannot load it .*delete {tmp_path} to rebuild"):
+    with pytest.raises(
+        BuildError, match=f"{impostor}: TensorFlow cannot load it .*delete {tmp_path} to rebuild"
+    ):
         kernels.load_blur_op.__wrapped__()  # the uncached function: this process has loaded the real one
 
 
@@ -472,11 +563,19 @@ def test_a_library_tensorflow_cannot_load_is_a_build_error(tmp_path, monkeypatch
     [
         ({"cache_dir": ""}, ValueError, "cache_dir: expected a non-empty path .*, got str ''"),
         ({"cache_dir": 3}, TypeError, "cache_dir: expected a non-empty path .*, got int 3"),
-        ({"cxx": 5}, TypeError, "cxx: expected a C\\+\\+ compiler \\(a non-empty str\\) or None, got int 5"),
+        (
+            {"cxx": 5},
+            TypeError,
+            "cxx: expected a C\\+\\+ compiler \\(a non-empty str\\) or None, got int 5",
+        ),
         ({"cxx": ""}, ValueError, "cxx: expected a C\\+\\+ compiler"),
         ({"cxx": ["g++"]}, TypeError, "cxx: expected"),
         ({"cxx": "false"}, BuildError, "compiler: 'false' --version failed \\(exit 1\\)"),
-        ({"cxx": "echo"}, BuildError, "with 'echo' exited 0 but wrote no library.*is 'echo' a C\\+\\+ compiler"),
+        (
+            {"cxx": "echo"},
+            BuildError,
+            "with 'echo' exited 0 but wrote no library.*is 'echo' a C\\+\\+ compiler",
+        ),
     ],
 )
 def test_bad_build_arguments_and_compilers_get_clear_errors(
@@ -493,14 +592,21 @@ def test_a_cache_that_is_a_file_or_under_a_file_is_a_build_error(tmp_path):
     afile.write_text("not a folder")
     with pytest.raises(BuildError, match=f"cache_dir: expected a folder, got the file {afile}$"):
         build_blur_op(cache_dir=afile)
-    with pytest.raises(BuildError, match="cache: cannot write the build to .*cache/.*NotADirectoryError.*WHITE_BOX_TF_CACHE"):
+    with pytest.raises(
+        BuildError,
+        match="cache: cannot write the build to .*cache/.*NotADirectoryError.*WHITE_BOX_TF_CACHE",
+    ):
         build_blur_op(cache_dir=afile / "inside")
 
 
 @contextlib.contextmanager
 def _read_only(folder):
     """``folder`` made read-only, also for root (who writes through permissions: immutable instead)."""
-    make, undo = (["chattr", "+i"], ["chattr", "-i"]) if os.geteuid() == 0 else (["chmod", "555"], ["chmod", "755"])
+    make, undo = (
+        (["chattr", "+i"], ["chattr", "-i"])
+        if os.geteuid() == 0
+        else (["chmod", "555"], ["chmod", "755"])
+    )
     subprocess.run([*make, str(folder)], check=True)
     try:
         yield folder
@@ -516,11 +622,25 @@ def test_an_unwritable_cache_is_a_build_error(tmp_path):
 
 
 def test_the_command_line_prints_a_build_error_without_a_traceback(tmp_path):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "WHITE_BOX_TF_CXX": "false", "WHITE_BOX_TF_CACHE": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "companion.kernels"], capture_output=True, text=True, timeout=300,
-                            env=env)
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "WHITE_BOX_TF_CXX": "false",
+        "WHITE_BOX_TF_CACHE": str(tmp_path),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "companion.kernels"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert result.stderr.strip().splitlines()[-1].startswith("companion.kernels: compiler: 'false' --version failed")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("companion.kernels: compiler: 'false' --version failed")
+    )
     assert "no intact cached build in" in result.stderr
 
 
@@ -552,11 +672,15 @@ def test_kernels_longer_than_the_image_match_opencv_and_the_adjoint_is_the_trans
 ):
     ksize = 2 * min(shape[1:3]) - 1  # the largest reflect-101 allows: every pixel is a border pixel
     images = random_images(shape, seed=8)
-    np.testing.assert_allclose(cpp_blur(images, ksize, 2.5).numpy(), opencv_blur(images, ksize, 2.5), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        cpp_blur(images, ksize, 2.5).numpy(), opencv_blur(images, ksize, 2.5), rtol=0, atol=1e-6
+    )
     op, kernel = load_blur_op(), np.random.default_rng(9).random(ksize)  # asymmetric
     single = (1, *shape[1:])
     blur = _blur_matrix(op.gaussian_blur, kernel, single)
-    np.testing.assert_allclose(_blur_matrix(op.gaussian_blur_grad, kernel, single), blur.T, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(
+        _blur_matrix(op.gaussian_blur_grad, kernel, single), blur.T, rtol=0, atol=1e-13
+    )
 
 
 # --- the layer: empty batches, inputs named in errors -------------------------------------------
@@ -578,9 +702,17 @@ def test_the_layer_returns_an_empty_batch_eagerly_in_tf_function_and_in_a_model(
         ("abc", TypeError, "inputs: expected a floating-point tensor .*got dtype string"),
         (None, TypeError, "inputs: expected a floating-point tensor, got NoneType None"),
         (np.ones((8, 8), np.float32), ValueError, "inputs: expected rank 3 \\(H, W, C\\) or 4"),
-        (np.ones((1, 2, 8, 1), np.float32), ValueError, "inputs: expected height and width > ksize // 2 = 2"),
+        (
+            np.ones((1, 2, 8, 1), np.float32),
+            ValueError,
+            "inputs: expected height and width > ksize // 2 = 2",
+        ),
         (keras.Input((2, 8, 1)), ValueError, "inputs: expected height and width > ksize // 2 = 2"),
-        (keras.Input((8, 8, 1), dtype="int32"), TypeError, "inputs: expected dtype float16, .*got dtype int32"),
+        (
+            keras.Input((8, 8, 1), dtype="int32"),
+            TypeError,
+            "inputs: expected dtype float16, .*got dtype int32",
+        ),
     ],
 )
 def test_the_layer_names_its_inputs_in_errors(inputs, error, match):
@@ -590,4 +722,6 @@ def test_the_layer_names_its_inputs_in_errors(inputs, error, match):
 
 def test_cpp_blur_takes_keras_variables(random_images):
     images = random_images((1, 9, 9, 2))
-    np.testing.assert_array_equal(cpp_blur(keras.Variable(images), 3).numpy(), cpp_blur(images, 3).numpy())
+    np.testing.assert_array_equal(
+        cpp_blur(keras.Variable(images), 3).numpy(), cpp_blur(images, 3).numpy()
+    )

@@ -28,8 +28,11 @@ def companion_imports(source: str) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[1] for alias in node.names
-                      if alias.name.startswith("companion.")}
+            found |= {
+                alias.name.split(".")[1]
+                for alias in node.names
+                if alias.name.startswith("companion.")
+            }
         elif isinstance(node, ast.ImportFrom):
             module = "companion." + (node.module or "") if node.level else node.module or ""
             if module in ("companion", "companion."):
@@ -44,7 +47,7 @@ def imports_of(module: str) -> set[str]:
 
 
 def test_the_import_reader_sees_every_form_of_import():
-    source = '''
+    source = """
 import companion.layers
 from companion.models import functional_multimodal
 from companion import training, bench as b
@@ -55,7 +58,7 @@ import numpy, companionship
 
 def later():
     from companion.optimizers import AdamW
-'''
+"""
     expected = {"layers", "models", "training", "bench", "data", "timing", "optimizers"}
     assert companion_imports(source) == expected
 

@@ -1,4 +1,3 @@
-
 import json
 
 import keras
@@ -48,8 +47,12 @@ def test_custom_dense_works_on_rank3_inputs_like_dense():
 
 def test_custom_dense_regularizer_loss_matches_keras_dense():
     x = _inputs()
-    layer = CustomDense(3, kernel_regularizer=keras.regularizers.L2(0.01), bias_regularizer="l1",
-                        bias_initializer="random_normal")
+    layer = CustomDense(
+        3,
+        kernel_regularizer=keras.regularizers.L2(0.01),
+        bias_regularizer="l1",
+        bias_initializer="random_normal",
+    )
     layer(x)
     reference = _copy_weights_into_keras_dense(
         layer, x, kernel_regularizer=keras.regularizers.L2(0.01), bias_regularizer="l1"
@@ -165,13 +168,20 @@ def _same_up_to_reshape(a, b):
 
 
 @pytest.mark.parametrize(
-    "initializer", ["glorot_uniform", keras.initializers.GlorotUniform(), {"class_name": "HeNormal", "config": {}}]
+    "initializer",
+    [
+        "glorot_uniform",
+        keras.initializers.GlorotUniform(),
+        {"class_name": "HeNormal", "config": {}},
+    ],
 )
 def test_residual_block_sublayers_start_from_different_kernels(initializer):
     """Keras 3: an unseeded initializer instance fixes its seed when created; sharing one repeats it."""
     block = ResidualBlock(8, hidden_units=8, kernel_initializer=initializer)
     block.build((None, 4))  # hidden (4, 8), output (8, 8), projection (4, 8)
-    kernels = [np.asarray(layer.kernel) for layer in (block.hidden, block.output_dense, block.projection)]
+    kernels = [
+        np.asarray(layer.kernel) for layer in (block.hidden, block.output_dense, block.projection)
+    ]
     for i, first in enumerate(kernels):
         for second in kernels[i + 1 :]:
             assert not _same_up_to_reshape(first, second)
@@ -237,7 +247,10 @@ def test_fresh_initializer_returns_own_instances_and_checks_index():
     assert not np.array_equal(np.asarray(first((4, 4))), np.asarray(second((4, 4))))
     seeded = keras.initializers.RandomNormal(stddev=2.0, seed=7)
     clone = fresh_initializer(seeded, 2)
-    assert clone.get_config()["stddev"] == 2.0 and clone.get_config()["seed"] == (7 * 1_000_003 + 2) % 2**31
+    assert (
+        clone.get_config()["stddev"] == 2.0
+        and clone.get_config()["seed"] == (7 * 1_000_003 + 2) % 2**31
+    )
     np.testing.assert_array_equal(fresh_initializer(seeded, 2)((3,)), clone((3,)))
     assert fresh_initializer(keras.initializers.Zeros()).get_config() == {}
     with pytest.raises(ValueError, match="index: expected an int >= 0"):
@@ -251,7 +264,9 @@ def test_fresh_initializer_returns_own_instances_and_checks_index():
 
 LAYERS = {
     "dense": lambda: CustomDense(
-        3, activation="relu", bias_initializer="random_normal",
+        3,
+        activation="relu",
+        bias_initializer="random_normal",
         kernel_regularizer=keras.regularizers.L2(1e-3),
     ),
     "dense_no_bias": lambda: CustomDense(3, use_bias=False),
@@ -350,14 +365,18 @@ def test_rank1_and_undefined_width_inputs_are_rejected():
         CustomDense(3).build((None, None))
 
 
-@pytest.mark.parametrize("stddev, error", [(-0.1, ValueError), ("0.1", TypeError), (None, TypeError)])
+@pytest.mark.parametrize(
+    "stddev, error", [(-0.1, ValueError), ("0.1", TypeError), (None, TypeError)]
+)
 def test_bad_stddev_raises(stddev, error):
     with pytest.raises(error, match="stddev"):
         AdditiveGaussianNoise(stddev)
 
 
 def test_bad_seed_raises_type_error():
-    with pytest.raises(TypeError, match=r"^seed: expected an int >= 0 and <= 4294967295 or None, got float 1.5$"):
+    with pytest.raises(
+        TypeError, match=r"^seed: expected an int >= 0 and <= 4294967295 or None, got float 1.5$"
+    ):
         AdditiveGaussianNoise(0.1, seed=1.5)
 
 
@@ -375,15 +394,23 @@ def _run(fn, x, how):
 @pytest.mark.parametrize("name", ["noise", "residual", "residual_projected", "dense"])
 def test_an_empty_batch_gives_an_empty_batch(name, how):
     # Keras's ops.add took a (0, 4) operand for a bias: "Biases must be 1D: [0,4]".
-    layer, width = {"noise": (AdditiveGaussianNoise(0.5, seed=1), 4), "residual": (ResidualBlock(4), 4),
-                    "residual_projected": (ResidualBlock(6), 6), "dense": (CustomDense(3), 3)}[name]
+    layer, width = {
+        "noise": (AdditiveGaussianNoise(0.5, seed=1), 4),
+        "residual": (ResidualBlock(4), 4),
+        "residual_projected": (ResidualBlock(6), 6),
+        "dense": (CustomDense(3), 3),
+    }[name]
     x = np.zeros((0, 4), "float32")
-    out = _run(lambda inputs: layer(inputs, training=True) if name == "noise" else layer(inputs), x, how)
+    out = _run(
+        lambda inputs: layer(inputs, training=True) if name == "noise" else layer(inputs), x, how
+    )
     assert tuple(out.shape) == (0, width)
 
 
 def test_an_empty_batch_passes_a_model_with_these_layers_in_predict_on_batch():
-    model = keras.Sequential([keras.Input((4,)), AdditiveGaussianNoise(0.1), ResidualBlock(4), CustomDense(2)])
+    model = keras.Sequential(
+        [keras.Input((4,)), AdditiveGaussianNoise(0.1), ResidualBlock(4), CustomDense(2)]
+    )
     assert model.predict_on_batch(np.zeros((0, 4), "float32")).shape == (0, 2)
 
 
@@ -407,10 +434,16 @@ def test_noise_training_flag_must_be_a_bool_or_none(training):
 
 
 def test_noise_stddev_must_fit_in_the_layers_compute_dtype():
-    with pytest.raises(ValueError, match=r"^stddev: expected a finite number >= 0 and <= 3.40282e\+38, got float 1e\+300$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^stddev: expected a finite number >= 0 and <= 3.40282e\+38, got float 1e\+300$",
+    ):
         AdditiveGaussianNoise(1e300)
     assert AdditiveGaussianNoise(1e5).stddev == 1e5  # float32 holds it
-    with pytest.raises(ValueError, match=r"^stddev: expected a finite number >= 0 and <= 65504, got float 100000.0$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^stddev: expected a finite number >= 0 and <= 65504, got float 100000.0$",
+    ):
         AdditiveGaussianNoise(1e5, dtype="mixed_float16")
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
@@ -424,34 +457,50 @@ def test_noise_stddev_must_fit_in_the_layers_compute_dtype():
 
 def test_noise_seed_has_a_maximum_and_takes_it():
     assert AdditiveGaussianNoise(0.1, seed=2**32 - 1).seed == 2**32 - 1
-    with pytest.raises(ValueError, match=r"^seed: expected an int >= 0 and <= 4294967295 or None, got int 4294967296$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^seed: expected an int >= 0 and <= 4294967295 or None, got int 4294967296$",
+    ):
         AdditiveGaussianNoise(0.1, seed=2**32)
 
 
 @pytest.mark.parametrize("layer", [CustomDense, ResidualBlock])
 def test_units_have_a_maximum(layer):
-    with pytest.raises(ValueError, match=r"^units: expected an int >= 1 and <= 1048576, got int 1000000000000$"):
+    with pytest.raises(
+        ValueError, match=r"^units: expected an int >= 1 and <= 1048576, got int 1000000000000$"
+    ):
         layer(10**12)
 
 
 @pytest.mark.parametrize("argument", ["kernel_initializer", "bias_initializer"])
-@pytest.mark.parametrize("value, error", [(None, TypeError), (3, TypeError), ("glorot_unicorn", ValueError),
-                                          ({"a": 1}, ValueError)])
+@pytest.mark.parametrize(
+    "value, error",
+    [(None, TypeError), (3, TypeError), ("glorot_unicorn", ValueError), ({"a": 1}, ValueError)],
+)
 def test_bad_initializers_are_named(argument, value, error):
     # None used to pass: Keras then gives the bias a Glorot initializer.
     with pytest.raises(error, match=rf"^{argument}: expected an initializer \(.*\), got "):
         CustomDense(3, **{argument: value})
 
 
-@pytest.mark.parametrize("value, error", [(3, TypeError), ("l3", ValueError), ({}, ValueError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "value, error", [(3, TypeError), ("l3", ValueError), ({}, ValueError), (True, TypeError)]
+)
 def test_bad_regularizers_and_activations_are_named(value, error):
-    with pytest.raises(error, match=r"^kernel_regularizer: expected None or a regularizer \(.*\), got "):
+    with pytest.raises(
+        error, match=r"^kernel_regularizer: expected None or a regularizer \(.*\), got "
+    ):
         ResidualBlock(3, kernel_regularizer=value)
-    with pytest.raises(error, match=r"^activation: expected None, a callable or a Keras activation name .*, got "):
+    with pytest.raises(
+        error, match=r"^activation: expected None, a callable or a Keras activation name .*, got "
+    ):
         CustomDense(3, activation=value)
 
 
 @pytest.mark.parametrize("initializer", [None, "glorot_uniform", 3])
 def test_fresh_initializer_wants_an_initializer_or_a_callable(initializer):
-    with pytest.raises(TypeError, match=r"^initializer: expected a keras.initializers.Initializer or a callable, got "):
+    with pytest.raises(
+        TypeError,
+        match=r"^initializer: expected a keras.initializers.Initializer or a callable, got ",
+    ):
         fresh_initializer(initializer)

@@ -1,4 +1,3 @@
-
 import keras
 import numpy as np
 import pytest
@@ -32,10 +31,21 @@ def _pair(seed=0):
     return functional, subclass
 
 
-def _closed_form_params(image_shape, meta_dim, num_classes, filters=(16, 32), image_units=32,
-                        meta_units=(16, 16), fused_units=64):
+def _closed_form_params(
+    image_shape,
+    meta_dim,
+    num_classes,
+    filters=(16, 32),
+    image_units=32,
+    meta_units=(16, 16),
+    fused_units=64,
+):
     channels = image_shape[-1]
-    image = (9 * channels + 1) * filters[0] + (9 * filters[0] + 1) * filters[1] + (filters[1] + 1) * image_units
+    image = (
+        (9 * channels + 1) * filters[0]
+        + (9 * filters[0] + 1) * filters[1]
+        + (filters[1] + 1) * image_units
+    )
     meta = (meta_dim + 1) * meta_units[0] + (meta_units[0] + 1) * meta_units[1]
     width = image_units + meta_units[1]
     fusion = (width + 1) * fused_units + (fused_units + 1) * fused_units
@@ -67,7 +77,12 @@ def test_subclass_weights_exist_right_after_build_before_any_call():
 def test_copying_weights_gives_identical_outputs_both_ways(data):
     inputs, _ = data
     functional, subclass = _pair()
-    assert copy_weights(functional, subclass) == ["image_branch", "meta_branch", "fusion", "classifier"]
+    assert copy_weights(functional, subclass) == [
+        "image_branch",
+        "meta_branch",
+        "fusion",
+        "classifier",
+    ]
     np.testing.assert_array_equal(subclass(inputs), functional(inputs))
     other = functional_multimodal((16, 16, 3), 4, 6)
     copy_weights(subclass, other)
@@ -80,8 +95,13 @@ def test_outputs_are_probabilities_and_agree_with_an_independent_forward_pass(da
     probabilities = np.asarray(functional(inputs))
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
     # Rebuild the forward pass from the parts: branches, concatenation, residual block, softmax.
-    features = np.concatenate([functional.get_layer("image_branch")(inputs["image"]),
-                               functional.get_layer("meta_branch")(inputs["meta"])], axis=1)
+    features = np.concatenate(
+        [
+            functional.get_layer("image_branch")(inputs["image"]),
+            functional.get_layer("meta_branch")(inputs["meta"]),
+        ],
+        axis=1,
+    )
     block = functional.get_layer("fusion")
     hidden = np.maximum(features @ block.hidden.kernel.numpy() + block.hidden.bias.numpy(), 0)
     fused = hidden @ block.output_dense.kernel.numpy() + block.output_dense.bias.numpy()
@@ -108,7 +128,9 @@ def test_both_models_train_on_a_tf_data_dataset(data):
     inputs, labels = data
     dataset = tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(8)
     for model in _pair():
-        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy())
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy()
+        )
         losses = model.fit(dataset, epochs=3, verbose=0, shuffle=False).history["loss"]
         assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
 
@@ -116,7 +138,13 @@ def test_both_models_train_on_a_tf_data_dataset(data):
 def test_branches_are_sequential_with_named_layers():
     branch = image_branch((16, 16, 3), filters=(4, 8), units=5)
     assert isinstance(branch, keras.Sequential) and branch.output_shape == (None, 5)
-    assert [layer.name for layer in branch.layers] == ["conv_1", "pool", "conv_2", "global_pool", "image_features"]
+    assert [layer.name for layer in branch.layers] == [
+        "conv_1",
+        "pool",
+        "conv_2",
+        "global_pool",
+        "image_features",
+    ]
     meta = meta_branch(4, units=(6, 3))
     assert isinstance(meta, keras.Sequential) and meta.output_shape == (None, 3)
     assert meta.count_params() == (4 + 1) * 6 + (6 + 1) * 3
@@ -156,7 +184,9 @@ print("gap", float(gap))
 
 def test_keras_round_trip_keeps_config_in_process(tmp_path, data):
     inputs, _ = data
-    model = MultiModalModel(3, filters=(4, 8), image_units=8, meta_units=(5, 6), fused_units=10, name="custom")
+    model = MultiModalModel(
+        3, filters=(4, 8), image_units=8, meta_units=(5, 6), fused_units=10, name="custom"
+    )
     model.build(SHAPES)
     model.save(tmp_path / "small.keras")
     loaded = keras.models.load_model(tmp_path / "small.keras")
@@ -182,12 +212,28 @@ def test_weights_only_need_the_same_arguments_and_a_built_model(tmp_path, data):
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        ({"image_shape": (16, 16)}, ValueError, r"image_shape: expected \(height, width, channels\)"),
+        (
+            {"image_shape": (16, 16)},
+            ValueError,
+            r"image_shape: expected \(height, width, channels\)",
+        ),
         ({"image_shape": (None, 16, 16, 3)}, ValueError, "image_shape: .*no batch axis"),
-        ({"image_shape": (4, 16, 3)}, ValueError, r"image_shape\[0\]: expected an int >= 8 and <= 65536, got int 4"),
+        (
+            {"image_shape": (4, 16, 3)},
+            ValueError,
+            r"image_shape\[0\]: expected an int >= 8 and <= 65536, got int 4",
+        ),
         ({"image_shape": "16x16"}, TypeError, "image_shape: expected"),
-        ({"num_classes": 1}, ValueError, "num_classes: expected an int >= 2 and <= 1048576, got int 1"),
-        ({"num_classes": 2.0}, TypeError, "num_classes: expected an int >= 2 and <= 1048576, got float 2.0"),
+        (
+            {"num_classes": 1},
+            ValueError,
+            "num_classes: expected an int >= 2 and <= 1048576, got int 1",
+        ),
+        (
+            {"num_classes": 2.0},
+            TypeError,
+            "num_classes: expected an int >= 2 and <= 1048576, got float 2.0",
+        ),
         ({"meta_dim": 0}, ValueError, "meta_dim: expected an int >= 1 and <= 1048576, got int 0"),
         ({"filters": (8,)}, ValueError, "filters: expected a sequence of 2 positive ints"),
         ({"fused_units": 0}, ValueError, "fused_units: expected an int >= 1"),
@@ -200,13 +246,17 @@ def test_functional_multimodal_rejects_bad_arguments(kwargs, error, match):
 
 
 def test_subclass_rejects_bad_arguments_and_shapes():
-    with pytest.raises(ValueError, match="num_classes: expected an int >= 2 and <= 1048576, got int 1"):
+    with pytest.raises(
+        ValueError, match="num_classes: expected an int >= 2 and <= 1048576, got int 1"
+    ):
         MultiModalModel(1)
     with pytest.raises(ValueError, match="meta_units: expected a sequence of 2"):
         MultiModalModel(6, meta_units=(4, 4, 4))
     with pytest.raises(ValueError, match=r"input_shape\['image'\]: expected a shape of rank 4"):
         MultiModalModel(6).build([(None, 16, 16), (None, 4)])
-    with pytest.raises(ValueError, match=r"input_shape\['image'\]\[1\]: expected an int >= 8, got int 4"):
+    with pytest.raises(
+        ValueError, match=r"input_shape\['image'\]\[1\]: expected an int >= 8, got int 4"
+    ):
         MultiModalModel(6).build([(None, 4, 16, 3), (None, 4)])
     with pytest.raises(ValueError, match=r"input_shape\['meta'\]: expected a shape of rank 2"):
         MultiModalModel(6).build([(None, 16, 16, 3), (None, 4, 1)])
@@ -217,9 +267,15 @@ def test_subclass_rejects_bad_arguments_and_shapes():
 @pytest.mark.parametrize(
     "make_inputs, match",
     [
-        (lambda d: tf.constant(d["image"]), "inputs: expected a pair .* got one EagerTensor of shape"),
+        (
+            lambda d: tf.constant(d["image"]),
+            "inputs: expected a pair .* got one EagerTensor of shape",
+        ),
         (lambda d: [d["image"]], "inputs: expected a pair .* got a list of 1 items"),
-        (lambda d: {"img": d["image"], "meta": d["meta"]}, r"got a dict with keys \['img', 'meta'\]"),
+        (
+            lambda d: {"img": d["image"], "meta": d["meta"]},
+            r"got a dict with keys \['img', 'meta'\]",
+        ),
     ],
 )
 def test_subclass_call_rejects_inputs_in_the_wrong_structure(data, make_inputs, match):
@@ -233,7 +289,9 @@ def test_copy_weights_rejects_mismatched_models():
     functional, _ = _pair()
     narrower = MultiModalModel(6, fused_units=48)
     narrower.build(SHAPES)
-    with pytest.raises(ValueError, match="target: expected a layer 'fusion' with weights of shapes"):
+    with pytest.raises(
+        ValueError, match="target: expected a layer 'fusion' with weights of shapes"
+    ):
         copy_weights(functional, narrower)
     with pytest.raises(TypeError, match="target: expected a keras.Model, got Dense"):
         copy_weights(functional, keras.layers.Dense(2))
@@ -242,8 +300,16 @@ def test_copy_weights_rejects_mismatched_models():
 # ---------------------------------------------------------------- issue 16
 
 
-@pytest.mark.parametrize("argument, value", [("image_units", None), ("image_units", 0), ("meta_units", (4, 0)),
-                                             ("meta_units", "16"), ("filters", (8, None))])
+@pytest.mark.parametrize(
+    "argument, value",
+    [
+        ("image_units", None),
+        ("image_units", 0),
+        ("meta_units", (4, 0)),
+        ("meta_units", "16"),
+        ("filters", (8, None)),
+    ],
+)
 def test_functional_multimodal_errors_name_the_argument_passed(argument, value):
     # image_units=None used to say "units: ..." (the name inside image_branch).
     with pytest.raises((TypeError, ValueError), match=rf"^{argument}(\[\d\])?: expected "):
@@ -251,14 +317,32 @@ def test_functional_multimodal_errors_name_the_argument_passed(argument, value):
 
 
 @pytest.mark.parametrize("build", [False, True], ids=["unbuilt", "built"])
-@pytest.mark.parametrize("make_inputs, match", [
-    (lambda d: d["image"], r"^inputs: expected a pair \(image, meta\) or a dict with keys 'image' and 'meta', "
-                           r"got one ndarray of shape \(32, 16, 16, 3\)$"),
-    (lambda d: (d["meta"], d["meta"]), r"^inputs\['image'\]: expected images \(batch, height, width, channels\)"),
-    (lambda d: (d["image"], d["image"]), r"^inputs\['meta'\]: expected metadata \(batch, meta_dim\)"),
-    (lambda d: (d["image"][:, :4, :4], d["meta"]), r"^inputs\['image'\]: .*height and width >= 8"),
-    (lambda d: (None, d["meta"]), r"^inputs\['image'\]: expected images .*, got NoneType None$"),
-])
+@pytest.mark.parametrize(
+    "make_inputs, match",
+    [
+        (
+            lambda d: d["image"],
+            r"^inputs: expected a pair \(image, meta\) or a dict with keys 'image' and 'meta', "
+            r"got one ndarray of shape \(32, 16, 16, 3\)$",
+        ),
+        (
+            lambda d: (d["meta"], d["meta"]),
+            r"^inputs\['image'\]: expected images \(batch, height, width, channels\)",
+        ),
+        (
+            lambda d: (d["image"], d["image"]),
+            r"^inputs\['meta'\]: expected metadata \(batch, meta_dim\)",
+        ),
+        (
+            lambda d: (d["image"][:, :4, :4], d["meta"]),
+            r"^inputs\['image'\]: .*height and width >= 8",
+        ),
+        (
+            lambda d: (None, d["meta"]),
+            r"^inputs\['image'\]: expected images .*, got NoneType None$",
+        ),
+    ],
+)
 def test_subclass_call_says_what_the_model_expects(data, make_inputs, match, build):
     # Unbuilt, one array used to give "input_shape: ... a tuple of 4 items" from build.
     inputs, _ = data
@@ -284,23 +368,36 @@ def test_copy_weights_refuses_an_unbuilt_model(unbuilt):
     models = {"source": functional_multimodal((16, 16, 3), 4, 6), "target": MultiModalModel(6)}
     models["target"].build(SHAPES)
     models[unbuilt] = MultiModalModel(6)
-    with pytest.raises(ValueError, match=rf"^{unbuilt}: expected a built keras.Model \(build it or call it on data"
-                                         r" first\), got MultiModalModel <MultiModalModel .*built=False>$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{unbuilt}: expected a built keras.Model \(build it or call it on data"
+        r" first\), got MultiModalModel <MultiModalModel .*built=False>$",
+    ):
         copy_weights(**models)
 
 
-@pytest.mark.parametrize("make", [lambda v: image_branch((16, 16, 3), units=v), lambda v: meta_branch(v),
-                                  lambda v: MultiModalModel(6, fused_units=v),
-                                  lambda v: functional_multimodal((16, 16, 3), 4, v)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda v: image_branch((16, 16, 3), units=v),
+        lambda v: meta_branch(v),
+        lambda v: MultiModalModel(6, fused_units=v),
+        lambda v: functional_multimodal((16, 16, 3), 4, v),
+    ],
+)
 def test_widths_have_a_maximum_checked_before_any_weight_is_made(make):
-    with pytest.raises(ValueError, match=r"^\w+: expected an int >= \d and <= 1048576, got int 1000000000000$"):
+    with pytest.raises(
+        ValueError, match=r"^\w+: expected an int >= \d and <= 1048576, got int 1000000000000$"
+    ):
         make(10**12)
 
 
 @pytest.mark.parametrize("name", ["", None, 3])
 def test_branch_and_model_names_must_be_non_empty_strings(name):
-    for build in (lambda: image_branch(name=name), lambda: meta_branch(name=name),
-                  lambda: functional_multimodal(name=name)):
+    for build in (
+        lambda: image_branch(name=name),
+        lambda: meta_branch(name=name),
+        lambda: functional_multimodal(name=name),
+    ):
         with pytest.raises((TypeError, ValueError), match=r"^name: expected a non-empty str, got "):
             build()
-

@@ -12,8 +12,14 @@ def tiny_fit_weights(seed):
     setup(seed, verbose=False)
     x = np.random.normal(size=(64, 4)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("float32")
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
-                              keras.layers.Dropout(0.2), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dropout(0.2),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile(optimizer="adam", loss="mse")
     model.fit(x, y, epochs=2, batch_size=16, verbose=0)
     return model.get_weights()
@@ -39,7 +45,9 @@ def test_setup_reports_runtime(capsys):
     assert info["seed"] == 3
 
 
-@pytest.mark.parametrize("seed, error", [(-1, ValueError), (1.5, TypeError), ("1", TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "seed, error", [(-1, ValueError), (1.5, TypeError), ("1", TypeError), (True, TypeError)]
+)
 def test_setup_rejects_bad_seed(seed, error):
     with pytest.raises(error, match="seed"):
         setup(seed)
@@ -47,13 +55,17 @@ def test_setup_rejects_bad_seed(seed, error):
 
 def test_setup_refuses_a_seed_above_32_bits_with_its_own_message():
     assert setup(2**32 - 1, verbose=False)["seed"] == 2**32 - 1
-    with pytest.raises(ValueError, match=r"^seed: expected an int >= 0 and <= 4294967295, got int 1000000000000$"):
+    with pytest.raises(
+        ValueError, match=r"^seed: expected an int >= 0 and <= 4294967295, got int 1000000000000$"
+    ):
         setup(10**12)
 
 
 @pytest.mark.parametrize("verbose", ["no", 0, None])
 def test_setup_verbose_is_a_bool(verbose, capsys):
-    with pytest.raises(TypeError, match=rf"^verbose: expected a bool, got {type(verbose).__name__} "):
+    with pytest.raises(
+        TypeError, match=rf"^verbose: expected a bool, got {type(verbose).__name__} "
+    ):
         setup(0, verbose=verbose)
     assert capsys.readouterr().out == ""  # refused before anything was printed
 
@@ -64,8 +76,11 @@ def test_format_table_aligns_columns_and_rounds_floats():
 
 
 def test_format_table_rejects_ragged_rows():
-    with pytest.raises(ValueError, match=r"^rows\[1\]: expected a list or tuple of 2 values \(one per header\), "
-                                         r"got tuple \(3,\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^rows\[1\]: expected a list or tuple of 2 values \(one per header\), "
+        r"got tuple \(3,\)$",
+    ):
         format_table([(1, 2), (3,)], ["a", "b"])
 
 
@@ -79,12 +94,42 @@ def test_format_table_takes_no_rows_and_array_rows():
     [
         (None, ["a"], TypeError, r"^rows: expected a list or tuple of rows, got NoneType None$"),
         ({"x": 1}, ["a"], TypeError, r"^rows: expected a list or tuple of rows, got dict "),
-        ((row for row in [("x",)]), ["a"], TypeError, r"^rows: expected a list or tuple of rows, got generator "),
-        ([None], ["a"], TypeError, r"^rows\[0\]: expected a list or tuple of 1 values \(one per header\), got NoneType"),
-        (["ab"], ["a", "b"], TypeError, r"^rows\[0\]: expected a list or tuple of 2 values .*got str 'ab'$"),
-        ([("x", 1)], None, TypeError, r"^headers: expected a non-empty list or tuple of str, got NoneType None$"),
-        ([("x", 1)], "ab", TypeError, r"^headers: expected a non-empty list or tuple of str, got str 'ab'$"),
-        ([], [], ValueError, r"^headers: expected a non-empty list or tuple of str, got list \[\]$"),
+        (
+            (row for row in [("x",)]),
+            ["a"],
+            TypeError,
+            r"^rows: expected a list or tuple of rows, got generator ",
+        ),
+        (
+            [None],
+            ["a"],
+            TypeError,
+            r"^rows\[0\]: expected a list or tuple of 1 values \(one per header\), got NoneType",
+        ),
+        (
+            ["ab"],
+            ["a", "b"],
+            TypeError,
+            r"^rows\[0\]: expected a list or tuple of 2 values .*got str 'ab'$",
+        ),
+        (
+            [("x", 1)],
+            None,
+            TypeError,
+            r"^headers: expected a non-empty list or tuple of str, got NoneType None$",
+        ),
+        (
+            [("x", 1)],
+            "ab",
+            TypeError,
+            r"^headers: expected a non-empty list or tuple of str, got str 'ab'$",
+        ),
+        (
+            [],
+            [],
+            ValueError,
+            r"^headers: expected a non-empty list or tuple of str, got list \[\]$",
+        ),
         ([("x", 1)], ["a", 2], TypeError, r"^headers\[1\]: expected a str, got int 2$"),
     ],
 )
@@ -107,10 +152,16 @@ def test_setup_turns_on_memory_growth_for_every_gpu(monkeypatch):
     gpus = [_FakeGPU("/physical_device:GPU:0"), _FakeGPU("/physical_device:GPU:1")]
     calls = []
     real_list = tf.config.list_physical_devices
-    monkeypatch.setattr(tf.config, "list_physical_devices",
-                        lambda kind=None: gpus if kind == "GPU" else real_list(kind))
-    monkeypatch.setattr(tf.config.experimental, "set_memory_growth",
-                        lambda device, enable: calls.append((device.name, enable)))
+    monkeypatch.setattr(
+        tf.config,
+        "list_physical_devices",
+        lambda kind=None: gpus if kind == "GPU" else real_list(kind),
+    )
+    monkeypatch.setattr(
+        tf.config.experimental,
+        "set_memory_growth",
+        lambda device, enable: calls.append((device.name, enable)),
+    )
     info = setup(0, verbose=False)
     assert calls == [(g.name, True) for g in gpus]
     assert info["gpu_memory_growth"] == [g.name for g in gpus] and info["device"] == "GPU"
@@ -124,7 +175,9 @@ def test_memory_growth_skips_a_gpu_that_is_already_initialised(monkeypatch):
     def refuse(device, enable):
         raise RuntimeError("Physical devices cannot be modified after being initialized")
 
-    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [_FakeGPU("/physical_device:GPU:0")])
+    monkeypatch.setattr(
+        tf.config, "list_physical_devices", lambda kind=None: [_FakeGPU("/physical_device:GPU:0")]
+    )
     monkeypatch.setattr(tf.config.experimental, "set_memory_growth", refuse)
     assert enable_gpu_memory_growth() == []
 
@@ -172,15 +225,26 @@ def test_run_python_uses_a_fresh_interpreter_without_this_process_state(tmp_path
     assert printed == "False" and executable == __import__("sys").executable
     failing = run_python("raise SystemExit('boom')")
     assert failing.returncode == 1 and "boom" in failing.stderr
-    assert run_python("import os; print(os.environ['EXTRA'])", env={"EXTRA": "yes"}).stdout == "yes\n"
-    with pytest.raises(TypeError, match=r"^code: expected Python source as a str, got list \['print\(1\)'\]$"):
+    assert (
+        run_python("import os; print(os.environ['EXTRA'])", env={"EXTRA": "yes"}).stdout == "yes\n"
+    )
+    with pytest.raises(
+        TypeError, match=r"^code: expected Python source as a str, got list \['print\(1\)'\]$"
+    ):
         run_python(["print(1)"])
 
 
 @pytest.mark.parametrize(
     "timeout, error",
-    [(float("nan"), ValueError), (float("inf"), ValueError), (0, ValueError), (-1, ValueError),
-     (10**12, ValueError), (None, TypeError), ("10", TypeError)],
+    [
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+        (0, ValueError),
+        (-1, ValueError),
+        (10**12, ValueError),
+        (None, TypeError),
+        ("10", TypeError),
+    ],
 )
 def test_run_python_timeout_is_a_positive_finite_number_of_seconds(timeout, error):
     from companion.notebook import run_python
@@ -239,5 +303,7 @@ def test_split_cpu_rejects_bad_counts():
 def test_split_cpu_refuses_a_huge_count_before_asking_tensorflow():
     from companion.notebook import split_cpu
 
-    with pytest.raises(ValueError, match=r"^devices: expected an int >= 1 and <= 256, got int 1000000000000$"):
+    with pytest.raises(
+        ValueError, match=r"^devices: expected an int >= 1 and <= 256, got int 1000000000000$"
+    ):
         split_cpu(10**12)

@@ -1,4 +1,3 @@
-
 import keras
 import numpy as np
 import pytest
@@ -30,6 +29,7 @@ def np_sigmoid(x):
 
 # --- swish ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_swish_equals_tf_nn_silu_bitwise_and_gradients_close(dtype):
     x = grid(dtype)
@@ -57,7 +57,9 @@ def test_swish_trainable_beta_gradient_against_closed_form():
         y = tf.reduce_sum(swish(x, beta))
     xn = x.numpy().astype(np.float64)
     s = np_sigmoid(1.5 * xn)
-    np.testing.assert_allclose(float(tape.gradient(y, beta)), np.sum(xn**2 * s * (1 - s)), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(tape.gradient(y, beta)), np.sum(xn**2 * s * (1 - s)), rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -69,6 +71,7 @@ def test_swish_finite_at_extremes(dtype):
 
 
 # --- softplus ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_softplus_matches_tf_nn_softplus(dtype):
@@ -103,6 +106,7 @@ def test_naive_softplus_is_what_the_stable_form_fixes():
 
 # --- mish ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mish_matches_keras_and_closed_form(dtype):
     x = grid(dtype)
@@ -129,18 +133,25 @@ def test_mish_finite_at_extremes_and_gradient_at_zero(dtype):
 
 # --- logsumexp -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("axis,keepdims", [(None, False), (0, False), (1, True), (-1, False), ((0, 2), False)])
+
+@pytest.mark.parametrize(
+    "axis,keepdims", [(None, False), (0, False), (1, True), (-1, False), ((0, 2), False)]
+)
 def test_logsumexp_matches_reduce_logsumexp_and_numpy(axis, keepdims):
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(scale=30.0, size=(3, 4, 5)))
     y, dy = value_and_grad(lambda t: logsumexp(t, axis=axis, keepdims=keepdims), x)
-    ref, ref_grad = value_and_grad(lambda t: tf.reduce_logsumexp(t, axis=axis, keepdims=keepdims), x)
+    ref, ref_grad = value_and_grad(
+        lambda t: tf.reduce_logsumexp(t, axis=axis, keepdims=keepdims), x
+    )
     np_axis = tuple(axis) if isinstance(axis, tuple) else axis
     xn = x.numpy()
     m = xn.max(axis=np_axis, keepdims=True)
     numpy_ref = np.log(np.exp(xn - m).sum(axis=np_axis, keepdims=True)) + m
     if not keepdims:
-        numpy_ref = numpy_ref.squeeze(axis=np_axis) if np_axis is not None else numpy_ref.reshape(())
+        numpy_ref = (
+            numpy_ref.squeeze(axis=np_axis) if np_axis is not None else numpy_ref.reshape(())
+        )
     assert y.shape == ref.shape
     np.testing.assert_allclose(y, ref, rtol=1e-13)
     np.testing.assert_allclose(y, numpy_ref, rtol=1e-13)
@@ -165,10 +176,13 @@ def test_logsumexp_finite_at_extremes(dtype):
 
 def test_logsumexp_all_neg_inf_slice_like_tf():
     x = tf.constant([[-np.inf, -np.inf], [0.0, -np.inf]])
-    np.testing.assert_array_equal(logsumexp(x, axis=1).numpy(), tf.reduce_logsumexp(x, axis=1).numpy())
+    np.testing.assert_array_equal(
+        logsumexp(x, axis=1).numpy(), tf.reduce_logsumexp(x, axis=1).numpy()
+    )
 
 
 # --- masked_mean ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("axis,keepdims", [(None, False), (0, False), (1, True), (-1, False)])
 def test_masked_mean_matches_numpy_masked_array(axis, keepdims):
@@ -199,6 +213,7 @@ def test_masked_mean_broadcasts_mask_over_features():
 
 # --- graph mode ----------------------------------------------------------------------
 
+
 def test_every_op_works_inside_tf_function_and_lowers_to_plain_tf_ops():
     x = tf.constant(np.linspace(-30, 30, 13), tf.float32)
     mask = x > 0
@@ -213,10 +228,17 @@ def test_every_op_works_inside_tf_function_and_lowers_to_plain_tf_ops():
     for fn, args in cases:
         graph_fn = tf.function(fn)
         # Grappler may fuse ops in graph mode (e.g. x * sigmoid(x)): equal to a few ulps, not bits.
-        np.testing.assert_allclose(graph_fn(*args).numpy(), fn(*args).numpy(), rtol=1e-6, atol=1e-30)
+        np.testing.assert_allclose(
+            graph_fn(*args).numpy(), fn(*args).numpy(), rtol=1e-6, atol=1e-30
+        )
         ops = traced_ops(graph_fn, *args)
         assert not {"EagerPyFunc", "PyFunc"} & set(ops), ops
-    assert traced_ops(swish, tf.TensorSpec([None], tf.float32)) == ["Const", "Mul", "Sigmoid", "Mul"]
+    assert traced_ops(swish, tf.TensorSpec([None], tf.float32)) == [
+        "Const",
+        "Mul",
+        "Sigmoid",
+        "Mul",
+    ]
 
 
 def test_gradient_inside_tf_function_matches_eager():
@@ -228,10 +250,13 @@ def test_gradient_inside_tf_function_matches_eager():
         return tape.gradient(y, t)
 
     x = tf.constant(EXTREMES, tf.float64)
-    np.testing.assert_allclose(grad_fn(x).numpy(), value_and_grad(mish, x)[1], rtol=1e-13, atol=1e-300)
+    np.testing.assert_allclose(
+        grad_fn(x).numpy(), value_and_grad(mish, x)[1], rtol=1e-13, atol=1e-300
+    )
 
 
 # --- bad input -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fn", [swish, softplus, mish, logsumexp])
 def test_integer_x_raises_type_error_naming_x(fn):
@@ -248,7 +273,9 @@ def test_unconvertible_or_string_x_raises_type_error():
 
 @pytest.mark.parametrize("beta", ["1.0", None, True, [1.0]])
 def test_swish_bad_beta_type(beta):
-    with pytest.raises(TypeError, match=r"^beta: expected a finite number or a float scalar tensor"):
+    with pytest.raises(
+        TypeError, match=r"^beta: expected a finite number or a float scalar tensor"
+    ):
         swish(tf.constant([1.0]), beta)
 
 
@@ -257,7 +284,9 @@ def test_swish_bad_beta_values():
         swish(tf.constant([1.0]), float("nan"))
     with pytest.raises(ValueError, match=r"^beta: expected a scalar"):
         swish(tf.constant([1.0]), tf.constant([1.0, 2.0]))
-    with pytest.raises(TypeError, match=r"^beta: expected a floating-point scalar tensor, got dtype int32"):
+    with pytest.raises(
+        TypeError, match=r"^beta: expected a floating-point scalar tensor, got dtype int32"
+    ):
         swish(tf.constant([1.0]), tf.constant(1))
 
 
@@ -273,11 +302,18 @@ def test_bad_axis_and_keepdims():
 
 def test_masked_mean_bad_mask():
     x = tf.zeros((2, 3))
-    with pytest.raises(TypeError, match=r"^mask: expected a boolean tensor .*\(use e.g. mask > 0\), got dtype float32"):
+    with pytest.raises(
+        TypeError,
+        match=r"^mask: expected a boolean tensor .*\(use e.g. mask > 0\), got dtype float32",
+    ):
         masked_mean(x, tf.ones((2, 3)))
-    with pytest.raises(ValueError, match=r"^mask: expected a boolean tensor broadcastable to x's shape \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"^mask: expected a boolean tensor broadcastable to x's shape \(2, 3\)"
+    ):
         masked_mean(x, tf.ones((2, 4), tf.bool))
-    with pytest.raises(ValueError, match=r"^mask: expected .* \(at most rank 2\), got shape \(1, 2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"^mask: expected .* \(at most rank 2\), got shape \(1, 2, 3\)"
+    ):
         masked_mean(x, tf.ones((1, 2, 3), tf.bool))
     with pytest.raises(TypeError, match=r"^x: expected a floating-point tensor"):
         masked_mean(tf.zeros((2, 3), tf.int32), tf.ones((2, 3), tf.bool))
@@ -321,13 +357,27 @@ def test_swish_with_a_keras_weight_inside_tf_function_has_a_gradient():
 
 # --- issue 16: bad axes and masks get the project's message ----------------------------
 
-@pytest.mark.parametrize("fn", [logsumexp, lambda x, axis: masked_mean(x, x > 0, axis)], ids=["logsumexp", "masked_mean"])
-@pytest.mark.parametrize("axis, error", [("", TypeError), ("01", TypeError), ([], ValueError), ((), ValueError),
-                                         ({0: 1}, TypeError), ([1, -1], ValueError)])
+
+@pytest.mark.parametrize(
+    "fn", [logsumexp, lambda x, axis: masked_mean(x, x > 0, axis)], ids=["logsumexp", "masked_mean"]
+)
+@pytest.mark.parametrize(
+    "axis, error",
+    [
+        ("", TypeError),
+        ("01", TypeError),
+        ([], ValueError),
+        ((), ValueError),
+        ({0: 1}, TypeError),
+        ([1, -1], ValueError),
+    ],
+)
 def test_axis_must_be_an_int_or_a_non_empty_list_of_distinct_axes(fn, axis, error):
     # A str is a Sequence (iterated one character at a time), [] would reduce nothing (and
     # logsumexp's squeeze then dropped every axis of size 1), [1, -1] names one axis twice.
-    with pytest.raises(error, match=r"^axis: expected None, an int or a non-empty list of distinct ints"):
+    with pytest.raises(
+        error, match=r"^axis: expected None, an int or a non-empty list of distinct ints"
+    ):
         fn(tf.ones((1, 3)), axis=axis)
 
 

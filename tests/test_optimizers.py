@@ -25,8 +25,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def small_model(seed=0):
     keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
-                             keras.layers.LayerNormalization(), keras.layers.Dense(1)])
+    return keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.LayerNormalization(),
+            keras.layers.Dense(1),
+        ]
+    )
 
 
 def regression_data(n=64, batch=16):
@@ -45,7 +51,9 @@ def trajectory(optimizer, steps=100, seed=0):
     def step():
         with tf.GradientTape() as tape:
             loss = keras.losses.MeanSquaredError()(y, model(x))
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        optimizer.apply_gradients(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        )
 
     path = []
     for _ in range(steps):
@@ -60,6 +68,7 @@ def max_difference(a, b):
 
 # ---------------------------------------------------------------- AdamW: numerics
 
+
 def test_adamw_trajectory_equals_keras_adamw_over_100_steps():
     ours = trajectory(AdamW(0.01, weight_decay=0.05, exclude_from_decay=()))
     keras_path = trajectory(keras.optimizers.AdamW(0.01, weight_decay=0.05))
@@ -70,7 +79,9 @@ def test_adamw_trajectory_equals_keras_adamw_over_100_steps():
 def test_default_exclusion_equals_keras_adamw_excluding_the_same_names():
     reference = keras.optimizers.AdamW(0.01, weight_decay=0.05)
     reference.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-    assert np.max(np.abs(trajectory(AdamW(0.01, weight_decay=0.05)) - trajectory(reference))) <= 1e-6
+    assert (
+        np.max(np.abs(trajectory(AdamW(0.01, weight_decay=0.05)) - trajectory(reference))) <= 1e-6
+    )
 
 
 def test_without_decay_it_equals_keras_adam():
@@ -92,14 +103,22 @@ def test_learning_rate_schedule_matches_keras():
 # Keras's published test values (keras/src/optimizers/adamw_test.py).
 def test_keras_published_single_step():
     variable = keras.Variable([1.0, 2.0, 3.0, 4.0])
-    AdamW(learning_rate=0.5).apply_gradients(zip([keras.ops.array([1.0, 6.0, 7.0, 2.0])], [variable]))
-    np.testing.assert_allclose(variable.numpy(), [0.4980, 1.4960, 2.494, 3.492], rtol=1e-4, atol=1e-4)
+    AdamW(learning_rate=0.5).apply_gradients(
+        zip([keras.ops.array([1.0, 6.0, 7.0, 2.0])], [variable])
+    )
+    np.testing.assert_allclose(
+        variable.numpy(), [0.4980, 1.4960, 2.494, 3.492], rtol=1e-4, atol=1e-4
+    )
 
 
 def test_keras_published_weight_decay_and_exclusion():
     grads = keras.ops.zeros(())
-    var1, var2, var3, var4 = (keras.Variable(2.0), keras.Variable(2.0, name="exclude"), keras.Variable(2.0),
-                              keras.Variable(2.0, name="also_excluded"))
+    var1, var2, var3, var4 = (
+        keras.Variable(2.0),
+        keras.Variable(2.0, name="exclude"),
+        keras.Variable(2.0),
+        keras.Variable(2.0, name="also_excluded"),
+    )
     AdamW(learning_rate=1.0, weight_decay=0.004).apply_gradients(zip([grads], [var1]))
     optimizer_2 = AdamW(learning_rate=1.0, weight_decay=0.004)
     optimizer_2.exclude_from_weight_decay(var_names=["exclude"])  # the base-class API still works
@@ -118,11 +137,14 @@ def test_keras_published_golden_values():
     x = keras.Variable(np.ones([10], dtype="float32"))
     grads = keras.ops.arange(0.1, 1.1, 0.1)
     golden = np.array(
-        [[0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998],
-         [0.2486, 0.2475, 0.2463, 0.2451, 0.244, 0.2428, 0.2417, 0.2405, 0.2394, 0.2382],
-         [0.1223, 0.1198, 0.1174, 0.1149, 0.1124, 0.11, 0.1075, 0.1051, 0.1027, 0.1003],
-         [0.0586, 0.0549, 0.0512, 0.0475, 0.0439, 0.0402, 0.0366, 0.033, 0.0294, 0.0258],
-         [0.0263, 0.0215, 0.0167, 0.012, 0.0073, 0.0026, -0.0021, -0.0067, -0.0113, -0.0159]])
+        [
+            [0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998, 0.4998],
+            [0.2486, 0.2475, 0.2463, 0.2451, 0.244, 0.2428, 0.2417, 0.2405, 0.2394, 0.2382],
+            [0.1223, 0.1198, 0.1174, 0.1149, 0.1124, 0.11, 0.1075, 0.1051, 0.1027, 0.1003],
+            [0.0586, 0.0549, 0.0512, 0.0475, 0.0439, 0.0402, 0.0366, 0.033, 0.0294, 0.0258],
+            [0.0263, 0.0215, 0.0167, 0.012, 0.0073, 0.0026, -0.0021, -0.0067, -0.0113, -0.0159],
+        ]
+    )
     optimizer.apply_gradients(zip([keras.ops.full((10,), 0.01)], [x]))
     for row in golden:
         np.testing.assert_allclose(x.numpy(), row, rtol=5e-4, atol=5e-4)
@@ -137,8 +159,11 @@ def test_default_exclusion_leaves_biases_and_norms_undecayed():
     optimizer.apply_gradients([(keras.ops.zeros_like(v), v) for v in model.trainable_variables])
     decayed = {v.path: float(np.max(v.numpy())) for v in model.trainable_variables}
     assert {path for path, value in decayed.items() if value < 1.0} == {
-        path for path in decayed if path.endswith("kernel")}
-    assert all(value == pytest.approx(0.95) for path, value in decayed.items() if path.endswith("kernel"))
+        path for path in decayed if path.endswith("kernel")
+    }
+    assert all(
+        value == pytest.approx(0.95) for path, value in decayed.items() if path.endswith("kernel")
+    )
 
 
 @pytest.mark.parametrize("owner", ["beta_vae", "normalizing_flow", "unbiased_head"])
@@ -149,7 +174,9 @@ def test_default_exclusion_matches_the_variables_own_name_not_its_layers_path(ow
     model = keras.Model(inputs, keras.layers.Dense(3, name=owner)(inputs), name=owner)
     for variable in model.trainable_variables:
         variable.assign(keras.ops.ones_like(variable))
-    AdamW(0.1, weight_decay=0.5).apply_gradients([(keras.ops.zeros_like(v), v) for v in model.trainable_variables])
+    AdamW(0.1, weight_decay=0.5).apply_gradients(
+        [(keras.ops.zeros_like(v), v) for v in model.trainable_variables]
+    )
     after = {v.name: float(np.max(v.numpy())) for v in model.trainable_variables}
     assert all(owner in v.path for v in model.trainable_variables)
     assert after == {"kernel": pytest.approx(0.95), "bias": 1.0}
@@ -172,7 +199,9 @@ def test_paper_epsilon_placement_matches_algorithm_1_and_differs_from_keras():
         variable = keras.Variable(np.zeros(5, "float32"))
         optimizer = AdamW(0.01, epsilon=1e-3, weight_decay=0.0, epsilon_placement=placement)
         for g in gradients:
-            optimizer.apply_gradients([(keras.ops.convert_to_tensor(g.astype("float32")), variable)])
+            optimizer.apply_gradients(
+                [(keras.ops.convert_to_tensor(g.astype("float32")), variable)]
+            )
         finals[placement] = variable.numpy()
     reference = numpy_adam_paper(gradients, np.zeros(5), 0.01, 0.9, 0.999, 1e-3)
     np.testing.assert_allclose(finals["paper"], reference, rtol=1e-4, atol=1e-7)
@@ -181,9 +210,18 @@ def test_paper_epsilon_placement_matches_algorithm_1_and_differs_from_keras():
 
 # ---------------------------------------------------------------- AdamW: Keras integration
 
+
 def test_config_round_trip_and_registration():
-    optimizer = AdamW(0.5, beta_1=0.5, beta_2=0.67, epsilon=1e-5, weight_decay=0.008,
-                      epsilon_placement="paper", exclude_from_decay=["bias"], global_clipnorm=1.0)
+    optimizer = AdamW(
+        0.5,
+        beta_1=0.5,
+        beta_2=0.67,
+        epsilon=1e-5,
+        weight_decay=0.008,
+        epsilon_placement="paper",
+        exclude_from_decay=["bias"],
+        global_clipnorm=1.0,
+    )
     config = optimizer.get_config()
     clone = AdamW.from_config(config)
     assert clone.get_config() == config and config["weight_decay"] == 0.008
@@ -197,8 +235,14 @@ def test_compile_fit_and_the_companion_custom_loop_train():
     model = small_model()
     model.compile(AdamW(0.02), "mse")
     history = model.fit(data, epochs=4, verbose=0, shuffle=False).history["loss"]
-    custom = fit(small_model(), data, optimizer=AdamW(0.02), loss=keras.losses.MeanSquaredError(), epochs=4,
-                 progress=False)["loss"]
+    custom = fit(
+        small_model(),
+        data,
+        optimizer=AdamW(0.02),
+        loss=keras.losses.MeanSquaredError(),
+        epochs=4,
+        progress=False,
+    )["loss"]
     assert history[-1] < history[0] / 2 and custom[-1] < custom[0] / 2
     np.testing.assert_allclose(history, custom, rtol=1e-4)
 
@@ -215,7 +259,9 @@ def test_mixed_float16_keeps_float32_slots_and_trains():
         keras.config.set_dtype_policy(previous)
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     assert isinstance(model.optimizer.inner_optimizer, AdamW)
-    assert {v.dtype for v in model.optimizer.inner_optimizer.variables if "momentum" in v.path} == {"float32"}
+    assert {v.dtype for v in model.optimizer.inner_optimizer.variables if "momentum" in v.path} == {
+        "float32"
+    }
     assert np.all(np.isfinite(history)) and history[-1] < history[0]
 
 
@@ -223,9 +269,14 @@ def make_optimizers():
     """AdamW alone, and every wrapper at once: Lookahead around transforms around AdamW."""
     return {
         "adamw": lambda: AdamW(0.01),
-        "composed": lambda: Lookahead(TransformGradients(
-            AdamW(0.01), [ClipGlobalNorm(5.0), GaussianNoise(0.01, seed=1), TopK(0.5)], record_update_norms=True),
-            sync_period=3),
+        "composed": lambda: Lookahead(
+            TransformGradients(
+                AdamW(0.01),
+                [ClipGlobalNorm(5.0), GaussianNoise(0.01, seed=1), TopK(0.5)],
+                record_update_norms=True,
+            ),
+            sync_period=3,
+        ),
     }
 
 
@@ -247,8 +298,10 @@ def test_keras_file_and_checkpoint_round_trips_continue_identically(name, tmp_pa
     tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).read(path).assert_consumed()
     for copy in (loaded, restored):
         assert int(copy.optimizer.iterations) == 4
-        assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(model.optimizer.variables,
-                                                                         copy.optimizer.variables))
+        assert all(
+            np.array_equal(a.numpy(), b.numpy())
+            for a, b in zip(model.optimizer.variables, copy.optimizer.variables)
+        )
     for each in (model, loaded, restored):
         each.fit(data, epochs=2, verbose=0, shuffle=False)
     assert max_difference(model, loaded) == 0.0 and max_difference(model, restored) == 0.0
@@ -256,14 +309,23 @@ def test_keras_file_and_checkpoint_round_trips_continue_identically(name, tmp_pa
 
 # ---------------------------------------------------------------- transforms
 
+
 def apply_once(transform, gradients, variables=None, optimizer=None):
-    variables = variables or [keras.Variable(np.zeros(np.shape(g), "float32"), name=f"v{i}")
-                              for i, g in enumerate(gradients)]
+    variables = variables or [
+        keras.Variable(np.zeros(np.shape(g), "float32"), name=f"v{i}")
+        for i, g in enumerate(gradients)
+    ]
     wrapper = TransformGradients(optimizer or keras.optimizers.SGD(1.0), [transform])
     before = [v.numpy().copy() for v in variables]
-    wrapper.apply_gradients([(keras.ops.convert_to_tensor(np.asarray(g, "float32")), v)
-                             for g, v in zip(gradients, variables)])
-    return [b - v.numpy() for b, v in zip(before, variables)], wrapper  # the applied gradients (SGD, lr 1)
+    wrapper.apply_gradients(
+        [
+            (keras.ops.convert_to_tensor(np.asarray(g, "float32")), v)
+            for g, v in zip(gradients, variables)
+        ]
+    )
+    return [
+        b - v.numpy() for b, v in zip(before, variables)
+    ], wrapper  # the applied gradients (SGD, lr 1)
 
 
 def test_clip_global_norm_scales_to_the_norm_and_leaves_small_gradients():
@@ -285,7 +347,7 @@ def test_gaussian_noise_is_seeded_and_its_stddev_decays():
     sgd = keras.optimizers.SGD(1.0)
     sgd.iterations.assign(99)
     late, _ = apply_once(GaussianNoise(0.1, decay=0.55, seed=3), [zeros], optimizer=sgd)
-    assert np.std(late[0]) == pytest.approx(0.1 / 100 ** 0.275, rel=0.03)
+    assert np.std(late[0]) == pytest.approx(0.1 / 100**0.275, rel=0.03)
 
 
 def test_top_k_keeps_the_largest_fraction_and_reports_it():
@@ -300,9 +362,13 @@ def test_top_k_keeps_the_largest_fraction_and_reports_it():
 
 def test_task_weights_scale_each_heads_gradients_only():
     variables = [keras.Variable([0.0], name=name) for name in ("trunk", "head_a", "head_b")]
-    applied, _ = apply_once(TaskWeights({"head_a": 2.0, "head_b": 0.0}), [[1.0], [1.0], [1.0]], variables)
+    applied, _ = apply_once(
+        TaskWeights({"head_a": 2.0, "head_b": 0.0}), [[1.0], [1.0], [1.0]], variables
+    )
     assert np.concatenate(applied).tolist() == [1.0, 2.0, 0.0]
-    with pytest.raises(ValueError, match="^weights: expected keys found in variable paths, got 'head_c'"):
+    with pytest.raises(
+        ValueError, match="^weights: expected keys found in variable paths, got 'head_c'"
+    ):
         apply_once(TaskWeights({"head_c": 1.0}), [[1.0]])
 
 
@@ -318,12 +384,16 @@ def test_transforms_run_under_fit_and_the_update_norms_are_recorded():
             self.before = [w.copy() for w in model.get_weights()]
 
     last = LastStep()
-    history = model.fit(data, epochs=2, verbose=0, shuffle=False, callbacks=[last, UpdateNormLogger(optimizer)]).history
+    history = model.fit(
+        data, epochs=2, verbose=0, shuffle=False, callbacks=[last, UpdateNormLogger(optimizer)]
+    ).history
     norms = optimizer.update_norms()
     assert list(norms) == [v.path for v in model.trainable_variables]
     expected = [float(np.linalg.norm(a - b)) for a, b in zip(model.get_weights(), last.before)]
     np.testing.assert_allclose(list(norms.values()), expected, rtol=1e-5)
-    assert history["update_norm/" + model.trainable_variables[0].path][-1] == pytest.approx(expected[0])
+    assert history["update_norm/" + model.trainable_variables[0].path][-1] == pytest.approx(
+        expected[0]
+    )
     assert float(optimizer.transforms[0].norm) > 0
     assert any(np.any(a != b) for a, b in zip(before, model.get_weights()))
 
@@ -340,6 +410,7 @@ def test_overriding_get_gradients_is_silently_ignored_in_keras_3():
 
 # ---------------------------------------------------------------- pruning, Lookahead
 
+
 def test_pruning_reaches_the_target_with_exact_zeros_that_stay_zero():
     x, y, data = regression_data(256, batch=16)
     model = small_model()
@@ -355,7 +426,9 @@ def test_pruning_reaches_the_target_with_exact_zeros_that_stay_zero():
     zeros = Zeros()
     model.fit(data, epochs=2, verbose=0, shuffle=False, callbacks=[pruning, zeros])
     kernels = [layer.kernel.numpy() for layer in (model.layers[0], model.layers[2])]
-    assert [int(np.sum(k == 0)) for k in kernels] == [round(0.6 * k.size) for k in kernels]  # 19 of 32, 5 of 8
+    assert [int(np.sum(k == 0)) for k in kernels] == [
+        round(0.6 * k.size) for k in kernels
+    ]  # 19 of 32, 5 of 8
     assert sparsity(model) == pytest.approx(24 / 40)
     assert float(np.mean(model.layers[0].bias.numpy() == 0)) < 1  # biases are not pruned
     pruned_once = np.zeros_like(zeros.seen[0])
@@ -366,7 +439,10 @@ def test_pruning_reaches_the_target_with_exact_zeros_that_stay_zero():
 
 
 def test_polynomial_sparsity_rises_monotonically_to_the_target():
-    levels = [polynomial_sparsity(t, target_sparsity=0.9, begin_step=10, end_step=110) for t in range(0, 130)]
+    levels = [
+        polynomial_sparsity(t, target_sparsity=0.9, begin_step=10, end_step=110)
+        for t in range(0, 130)
+    ]
     assert levels[0] == levels[10] == 0.0 and levels[-1] == levels[110] == pytest.approx(0.9)
     assert all(b >= a for a, b in zip(levels, levels[1:]))
 
@@ -388,29 +464,86 @@ def test_lookahead_matches_a_numpy_reference():
 
 # ---------------------------------------------------------------- bad input
 
+
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: AdamW(beta_1=1.0), ValueError, r"^beta_1: expected a finite number >= 0 and < 1, got float 1.0"),
+        (
+            lambda: AdamW(beta_1=1.0),
+            ValueError,
+            r"^beta_1: expected a finite number >= 0 and < 1, got float 1.0",
+        ),
         (lambda: AdamW(beta_1=-0.1), ValueError, r"^beta_1: expected a finite number >= 0"),
         (lambda: AdamW(beta_2=1.5), ValueError, r"^beta_2: expected a finite number >= 0 and < 1"),
-        (lambda: AdamW(epsilon=-1e-7), ValueError, r"^epsilon: expected a finite number >= 1\.17549e-38 and <="),
-        (lambda: AdamW(weight_decay=-0.1), ValueError, r"^weight_decay: expected a finite number >= 0"),
+        (
+            lambda: AdamW(epsilon=-1e-7),
+            ValueError,
+            r"^epsilon: expected a finite number >= 1\.17549e-38 and <=",
+        ),
+        (
+            lambda: AdamW(weight_decay=-0.1),
+            ValueError,
+            r"^weight_decay: expected a finite number >= 0",
+        ),
         (lambda: AdamW(beta_1="0.9"), TypeError, r"^beta_1: expected a finite number"),
-        (lambda: AdamW(epsilon_placement="pytorch"), ValueError, r"^epsilon_placement: expected one of 'keras'"),
-        (lambda: AdamW(exclude_from_decay="bias"), TypeError, r"^exclude_from_decay: expected a list or tuple"),
-        (lambda: MagnitudePruning(1.0), ValueError, r"^target_sparsity: expected a finite number >= 0 and < 1"),
-        (lambda: MagnitudePruning(-0.5), ValueError, r"^target_sparsity: expected a finite number >= 0"),
-        (lambda: MagnitudePruning(0.5, begin_step=10, end_step=5), ValueError, r"^end_step: expected an int >= 11"),
+        (
+            lambda: AdamW(epsilon_placement="pytorch"),
+            ValueError,
+            r"^epsilon_placement: expected one of 'keras'",
+        ),
+        (
+            lambda: AdamW(exclude_from_decay="bias"),
+            TypeError,
+            r"^exclude_from_decay: expected a list or tuple",
+        ),
+        (
+            lambda: MagnitudePruning(1.0),
+            ValueError,
+            r"^target_sparsity: expected a finite number >= 0 and < 1",
+        ),
+        (
+            lambda: MagnitudePruning(-0.5),
+            ValueError,
+            r"^target_sparsity: expected a finite number >= 0",
+        ),
+        (
+            lambda: MagnitudePruning(0.5, begin_step=10, end_step=5),
+            ValueError,
+            r"^end_step: expected an int >= 11",
+        ),
         (lambda: TopK(0.0), ValueError, r"^fraction: expected a finite number > 0"),
         (lambda: TopK(1.5), ValueError, r"^fraction: expected a finite number > 0 and <= 1"),
-        (lambda: ClipGlobalNorm(0), ValueError, r"^clip_norm: expected a finite number >= 1\.17549e-38"),
+        (
+            lambda: ClipGlobalNorm(0),
+            ValueError,
+            r"^clip_norm: expected a finite number >= 1\.17549e-38",
+        ),
         (lambda: GaussianNoise(-1.0), ValueError, r"^stddev: expected a finite number >= 0"),
-        (lambda: Lookahead("adam"), TypeError, r"^optimizer: expected a keras.optimizers.Optimizer"),
-        (lambda: Lookahead(AdamW(), sync_period=0), ValueError, r"^sync_period: expected an int >= 1"),
-        (lambda: TransformGradients(AdamW(), ClipGlobalNorm(1.0)), TypeError, r"^transforms: expected a list or tuple"),
-        (lambda: UpdateNormLogger(TransformGradients(AdamW())), ValueError, r"^optimizer: expected a Transform"),
-        (lambda: UpdateNormLogger(AdamW()), TypeError, r"^optimizer: expected a TransformGradients"),
+        (
+            lambda: Lookahead("adam"),
+            TypeError,
+            r"^optimizer: expected a keras.optimizers.Optimizer",
+        ),
+        (
+            lambda: Lookahead(AdamW(), sync_period=0),
+            ValueError,
+            r"^sync_period: expected an int >= 1",
+        ),
+        (
+            lambda: TransformGradients(AdamW(), ClipGlobalNorm(1.0)),
+            TypeError,
+            r"^transforms: expected a list or tuple",
+        ),
+        (
+            lambda: UpdateNormLogger(TransformGradients(AdamW())),
+            ValueError,
+            r"^optimizer: expected a Transform",
+        ),
+        (
+            lambda: UpdateNormLogger(AdamW()),
+            TypeError,
+            r"^optimizer: expected a TransformGradients",
+        ),
     ],
 )
 def test_bad_input_is_rejected_naming_the_argument(make, error, match):
@@ -466,7 +599,9 @@ print("clip", *norms)
 def test_mirrored_strategy_replicas_agree_match_one_device_and_clip_the_global_gradient():
     from companion.notebook import run_python
 
-    result = run_python(MIRRORED, env={"PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])})
+    result = run_python(
+        MIRRORED, env={"PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     *lines, clip = result.stdout.splitlines()[-3:]
     assert [line.split()[0] for line in lines] == ["composed"] * 2
@@ -475,7 +610,9 @@ def test_mirrored_strategy_replicas_agree_match_one_device_and_clip_the_global_g
         assert int(count) > 10 and float(replicas) == 0.0 and close == "True"
     # Keras's global_clipnorm clips each replica's part (sqrt 2); ClipGlobalNorm clips the sum (1)
     _, keras_norm, ours = clip.split()
-    assert float(keras_norm) == pytest.approx(2**0.5, abs=1e-4) and float(ours) == pytest.approx(1.0, abs=1e-5)
+    assert float(keras_norm) == pytest.approx(2**0.5, abs=1e-4) and float(ours) == pytest.approx(
+        1.0, abs=1e-5
+    )
 
 
 # ---------------------------------------------------------------- bad values that used to pass (issue 16)
@@ -510,32 +647,53 @@ def test_polynomial_sparsity_checks_every_argument(arguments, argument, error):
 def test_polynomial_sparsity_takes_the_optimizers_step_inside_tf_function():
     optimizer = keras.optimizers.SGD()
     optimizer.iterations.assign(5)
-    level = tf.function(lambda: polynomial_sparsity(optimizer.iterations, target_sparsity=0.8, begin_step=0,
-                                                    end_step=10))()
-    assert float(level) == pytest.approx(polynomial_sparsity(5, target_sparsity=0.8, begin_step=0, end_step=10))
-    assert polynomial_sparsity(np.int64(10), target_sparsity=0.8, begin_step=0, end_step=10) == pytest.approx(0.8)
+    level = tf.function(
+        lambda: polynomial_sparsity(
+            optimizer.iterations, target_sparsity=0.8, begin_step=0, end_step=10
+        )
+    )()
+    assert float(level) == pytest.approx(
+        polynomial_sparsity(5, target_sparsity=0.8, begin_step=0, end_step=10)
+    )
+    assert polynomial_sparsity(
+        np.int64(10), target_sparsity=0.8, begin_step=0, end_step=10
+    ) == pytest.approx(0.8)
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e300, 3.5e38, -0.001])
+@pytest.mark.parametrize(
+    "value", [float("nan"), float("inf"), float("-inf"), 1e300, 3.5e38, -0.001]
+)
 def test_adamw_refuses_learning_rates_that_would_make_the_weights_nan(value):
-    with pytest.raises(ValueError, match=r"^learning_rate: expected a finite number >= 0 and <= 3\.40282e\+38, got"):
+    with pytest.raises(
+        ValueError, match=r"^learning_rate: expected a finite number >= 0 and <= 3\.40282e\+38, got"
+    ):
         AdamW(learning_rate=value)
 
 
 @pytest.mark.parametrize("value", ["0.01", None, [0.01], keras.Variable(0.01)])
 def test_adamw_learning_rate_is_a_number_a_schedule_or_a_callable(value):
-    with pytest.raises(TypeError, match=r"^learning_rate: expected a number, a LearningRateSchedule or a callable"):
+    with pytest.raises(
+        TypeError, match=r"^learning_rate: expected a number, a LearningRateSchedule or a callable"
+    ):
         AdamW(learning_rate=value)
 
 
 def test_adamw_takes_any_real_learning_rate_as_a_float():
-    assert float(AdamW(1).learning_rate) == 1.0 and float(AdamW(np.float32(0.5)).learning_rate) == 0.5
+    assert (
+        float(AdamW(1).learning_rate) == 1.0 and float(AdamW(np.float32(0.5)).learning_rate) == 0.5
+    )
 
 
 @pytest.mark.parametrize(
     "arguments, argument",
-    [({"beta_1": float("nan")}, "beta_1"), ({"beta_2": float("inf")}, "beta_2"), ({"epsilon": 0.0}, "epsilon"),
-     ({"epsilon": 1e-45}, "epsilon"), ({"epsilon": 1e300}, "epsilon"), ({"weight_decay": 1e300}, "weight_decay")],
+    [
+        ({"beta_1": float("nan")}, "beta_1"),
+        ({"beta_2": float("inf")}, "beta_2"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": 1e-45}, "epsilon"),
+        ({"epsilon": 1e300}, "epsilon"),
+        ({"weight_decay": 1e300}, "weight_decay"),
+    ],
 )
 def test_adamw_numbers_are_checked_against_float32(arguments, argument):
     with pytest.raises(ValueError, match=rf"^{argument}: expected a finite number"):
@@ -556,7 +714,9 @@ def test_a_schedule_returning_nan_stops_fit_with_a_clear_error_and_finite_weight
     x, y, data = regression_data()
     model = small_model()
     model.compile(AdamW(NanAfterOneStep()), "mse")
-    with pytest.raises(tf.errors.InvalidArgumentError, match="learning_rate: expected a finite number"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="learning_rate: expected a finite number"
+    ):
         model.fit(data, epochs=1, verbose=0, shuffle=False)
     assert all(np.all(np.isfinite(w)) for w in model.get_weights())
 
@@ -567,25 +727,37 @@ def test_a_nan_learning_rate_skips_the_step_where_errors_cannot_be_raised_xla():
     optimizer = AdamW(0.01)
     model.compile(optimizer, "mse", jit_compile=True)
     model.fit(data.take(1), epochs=1, verbose=0, shuffle=False)
-    optimizer.learning_rate = float("nan")  # the variable is assigned: no check at construction sees it
+    optimizer.learning_rate = float(
+        "nan"
+    )  # the variable is assigned: no check at construction sees it
     before = model.get_weights()
     model.fit(data, epochs=1, verbose=0, shuffle=False)
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
 
 
 def test_clip_global_norm_just_below_float32_max_lets_gradients_through():
-    applied, _ = apply_once(ClipGlobalNorm(3e38), [[3.0, 4.0]])  # 1 / 3e38 is below float32's normal range
+    applied, _ = apply_once(
+        ClipGlobalNorm(3e38), [[3.0, 4.0]]
+    )  # 1 / 3e38 is below float32's normal range
     np.testing.assert_array_equal(applied[0], [3.0, 4.0])
-    applied, _ = apply_once(ClipGlobalNorm(F32_MAX), [[3e38, 3e38]])  # the norm overflows, the clip does not
-    assert np.all(np.isnan(applied[0]))  # a non-finite norm is reported as NaN (tf.clip_by_global_norm's rule)
+    applied, _ = apply_once(
+        ClipGlobalNorm(F32_MAX), [[3e38, 3e38]]
+    )  # the norm overflows, the clip does not
+    assert np.all(
+        np.isnan(applied[0])
+    )  # a non-finite norm is reported as NaN (tf.clip_by_global_norm's rule)
     applied, _ = apply_once(ClipGlobalNorm(1.0), [np.zeros(2)])
     np.testing.assert_array_equal(applied[0], [0.0, 0.0])
-    with pytest.raises(ValueError, match=r"^clip_norm: expected a finite number >= 1\.17549e-38 and <= 3\.40282e"):
+    with pytest.raises(
+        ValueError, match=r"^clip_norm: expected a finite number >= 1\.17549e-38 and <= 3\.40282e"
+    ):
         ClipGlobalNorm(1e300)
 
 
 def test_gaussian_noise_stddev_is_capped_where_the_noise_stays_finite():
-    with pytest.raises(ValueError, match=r"^stddev: expected a finite number >= 0 and <= 4\.25353e\+37, got"):
+    with pytest.raises(
+        ValueError, match=r"^stddev: expected a finite number >= 0 and <= 4\.25353e\+37, got"
+    ):
         GaussianNoise(1e300)
     with pytest.raises(ValueError, match=r"^stddev: expected"):
         GaussianNoise(F32_MAX / 7)
@@ -599,8 +771,15 @@ def test_gaussian_noise_stddev_is_capped_where_the_noise_stays_finite():
 
 @pytest.mark.parametrize(
     "value, error",
-    [("abc", TypeError), ({"w": np.zeros(2)}, TypeError), ([None], TypeError), (None, TypeError),
-     ([], ValueError), (np.zeros(0), ValueError), (["a"], TypeError)],
+    [
+        ("abc", TypeError),
+        ({"w": np.zeros(2)}, TypeError),
+        ([None], TypeError),
+        (None, TypeError),
+        ([], ValueError),
+        (np.zeros(0), ValueError),
+        (["a"], TypeError),
+    ],
 )
 def test_sparsity_refuses_what_is_not_weights(value, error):
     with pytest.raises(error, match=r"^variables(\[0\])?: expected"):
@@ -618,21 +797,32 @@ def test_sparsity_of_a_variable_an_array_a_layer_and_a_model():
 def test_task_weights_refuse_an_empty_key_that_would_match_every_variable():
     with pytest.raises(ValueError, match=r"^weights: expected .*non-empty str"):
         TaskWeights({"": 0.0})
-    with pytest.raises(ValueError, match=r"^weights\['head'\]: expected a finite number >= 0 and <= 3\.40282e"):
+    with pytest.raises(
+        ValueError, match=r"^weights\['head'\]: expected a finite number >= 0 and <= 3\.40282e"
+    ):
         TaskWeights({"head": 1e300})
 
 
 def test_transforms_refuse_a_string():
-    with pytest.raises(TypeError, match=r"^transforms: expected a list or tuple of GradientTransform"):
+    with pytest.raises(
+        TypeError, match=r"^transforms: expected a list or tuple of GradientTransform"
+    ):
         TransformGradients(AdamW(), "")
 
 
-@pytest.mark.parametrize("make", [lambda name: Lookahead(AdamW(), name=name),
-                                  lambda name: TransformGradients(AdamW(), name=name)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda name: Lookahead(AdamW(), name=name),
+        lambda name: TransformGradients(AdamW(), name=name),
+    ],
+)
 def test_wrapper_names_are_checked(make):
     with pytest.raises(TypeError, match=r"^name: expected a non-empty str or None, got int 3"):
         make(3)
-    with pytest.raises(ValueError, match=r"^name: expected a non-empty str or None, got an empty str"):
+    with pytest.raises(
+        ValueError, match=r"^name: expected a non-empty str or None, got an empty str"
+    ):
         make("")
 
 
@@ -649,7 +839,10 @@ def test_pruning_by_default_prunes_kernels_not_the_weights_of_a_layer_named_kern
     x = np.random.default_rng(0).normal(size=(32, 8)).astype("float32")
     pruning = MagnitudePruning(0.5, begin_step=0, end_step=2, frequency=1)
     model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0, callbacks=[pruning])
-    assert [v.path.split("/")[-2:] for v in pruning.pruned] == [["kernel_net", "kernel"], ["out", "kernel"]]
+    assert [v.path.split("/")[-2:] for v in pruning.pruned] == [
+        ["kernel_net", "kernel"],
+        ["out", "kernel"],
+    ]
     assert sorted(path.split("/")[-2] for path in pruning.masks) == ["kernel_net", "out"]
     assert sparsity(model) == pytest.approx(36 / 72)  # the two kernels only
 

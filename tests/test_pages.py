@@ -51,18 +51,27 @@ def test_setup_cell_is_collapsed_and_solutions_are_hidden_with_their_output(path
 
 
 def _public_names(module):
-    return [name for name, obj in vars(module).items()
-            if not name.startswith("_") and getattr(obj, "__module__", None) == module.__name__
-            and (inspect.isfunction(obj) or inspect.isclass(obj))]
+    return [
+        name
+        for name, obj in vars(module).items()
+        if not name.startswith("_")
+        and getattr(obj, "__module__", None) == module.__name__
+        and (inspect.isfunction(obj) or inspect.isclass(obj))
+    ]
 
 
 def test_api_reference_documents_every_public_function_and_class_of_every_module():
     html = (HTML / "book" / "api.html").read_text()
-    modules = sorted(p.stem for p in (ROOT / "companion").glob("*.py") if not p.stem.startswith("_"))
+    modules = sorted(
+        p.stem for p in (ROOT / "companion").glob("*.py") if not p.stem.startswith("_")
+    )
     missing = []
     for stem in modules:
         module = importlib.import_module(f"companion.{stem}")
-        missing += [f"companion.{stem}.{name}" for name in _public_names(module)
-                    if f'id="companion.{stem}.{name}"' not in html]
+        missing += [
+            f"companion.{stem}.{name}"
+            for name in _public_names(module)
+            if f'id="companion.{stem}.{name}"' not in html
+        ]
     assert not missing, f"book/api.md should document {missing}"
     assert "](api.md)" in (BOOK / "intro.md").read_text(), "the intro links the API reference"

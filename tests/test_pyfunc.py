@@ -1,4 +1,3 @@
-
 import json
 
 import cv2
@@ -17,6 +16,7 @@ from companion.pyfunc import (
 )
 
 WRAPPERS = [py_function_blur, numpy_function_blur]
+
 
 @pytest.mark.parametrize("ksize", range(1, 32, 2))
 @pytest.mark.parametrize("sigma", [0.0, 0.3, 0.8, 1.0, 1.1, 2.0, 3.7, 10.0])
@@ -63,9 +63,13 @@ def test_native_blur_float64_and_unknown_shape(random_images, opencv_blur):
 def test_cv2_blur_matches_opencv_for_each_rank_and_uint8(random_images):
     image = random_images((9, 11, 3))
     np.testing.assert_array_equal(cv2_blur(image), cv2.GaussianBlur(image, (5, 5), 0))
-    np.testing.assert_array_equal(cv2_blur(image[..., 0]), cv2.GaussianBlur(image[..., 0], (5, 5), 0))
+    np.testing.assert_array_equal(
+        cv2_blur(image[..., 0]), cv2.GaussianBlur(image[..., 0], (5, 5), 0)
+    )
     assert cv2_blur(image[..., :1]).shape == (9, 11, 1)
-    np.testing.assert_array_equal(cv2_blur(image[None], 3, 1.0)[0], cv2.GaussianBlur(image, (3, 3), 1.0))
+    np.testing.assert_array_equal(
+        cv2_blur(image[None], 3, 1.0)[0], cv2.GaussianBlur(image, (3, 3), 1.0)
+    )
     as_uint8 = (image * 255).astype(np.uint8)
     np.testing.assert_array_equal(cv2_blur(as_uint8), cv2.GaussianBlur(as_uint8, (5, 5), 0))
 
@@ -88,7 +92,9 @@ def test_wrappers_keep_uint8_and_rank2(wrapper, random_images):
     got = wrapper(image)
     assert got.dtype == tf.uint8
     np.testing.assert_array_equal(got.numpy(), cv2.GaussianBlur(image, (5, 5), 0))
-    np.testing.assert_array_equal(wrapper(image[..., 0], 3).numpy(), cv2.GaussianBlur(image[..., 0], (3, 3), 0))
+    np.testing.assert_array_equal(
+        wrapper(image[..., 0], 3).numpy(), cv2.GaussianBlur(image[..., 0], (3, 3), 0)
+    )
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
@@ -99,7 +105,9 @@ def test_wrappers_declare_the_shape_with_a_run_time_check(wrapper, random_images
     assert "EnsureShape" in [op.type for op in concrete.graph.get_operations()]
     assert concrete.output_shapes.as_list() == [None, None, 3]
     image = random_images((7, 9, 3))
-    np.testing.assert_array_equal(concrete(tf.constant(image)).numpy(), cv2.GaussianBlur(image, (5, 5), 0))
+    np.testing.assert_array_equal(
+        concrete(tf.constant(image)).numpy(), cv2.GaussianBlur(image, (5, 5), 0)
+    )
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
@@ -166,7 +174,9 @@ def test_gaussian_blur_layer_is_differentiable(random_images):
         ({"sigma": "1"}, TypeError, "sigma"),
     ],
 )
-@pytest.mark.parametrize("fn", [cv2_blur, py_function_blur, numpy_function_blur, native_blur, gaussian_kernel])
+@pytest.mark.parametrize(
+    "fn", [cv2_blur, py_function_blur, numpy_function_blur, native_blur, gaussian_kernel]
+)
 def test_bad_ksize_and_sigma(fn, kwargs, error, match, random_images):
     with pytest.raises(error, match=match):
         if fn is gaussian_kernel:
@@ -183,9 +193,13 @@ def test_layer_rejects_bad_arguments_at_construction():
 
 
 def test_bad_images(random_images):
-    with pytest.raises(TypeError, match=r"^images: expected a floating-point tensor .*, got dtype int32"):
+    with pytest.raises(
+        TypeError, match=r"^images: expected a floating-point tensor .*, got dtype int32"
+    ):
         native_blur(np.zeros((8, 8, 3), np.int32))
-    with pytest.raises(TypeError, match=r"^inputs: expected a floating-point tensor .*, got dtype uint8"):
+    with pytest.raises(
+        TypeError, match=r"^inputs: expected a floating-point tensor .*, got dtype uint8"
+    ):
         GaussianBlur()(np.zeros((1, 8, 8, 3), np.uint8))
     with pytest.raises(ValueError, match="images: expected rank 3"):
         native_blur(np.zeros((8, 8), np.float32))
@@ -215,11 +229,19 @@ def _blur_in(how, fn, images):
     return tf.function(fn, input_signature=signature, jit_compile=how == "xla")(images)
 
 
-_BLURS = {"native_blur": native_blur, "GaussianBlur": GaussianBlur(5), "py_function_blur": py_function_blur,
-          "numpy_function_blur": numpy_function_blur}
+_BLURS = {
+    "native_blur": native_blur,
+    "GaussianBlur": GaussianBlur(5),
+    "py_function_blur": py_function_blur,
+    "numpy_function_blur": numpy_function_blur,
+}
 # py_function and numpy_function have no XLA kernel: they run eagerly and in a tf.function only.
-_EMPTY_BATCH_RUNS = [(blur, how) for blur in _BLURS for how in ("eager", "tf.function", "xla")
-                     if how != "xla" or blur in ("native_blur", "GaussianBlur")]
+_EMPTY_BATCH_RUNS = [
+    (blur, how)
+    for blur in _BLURS
+    for how in ("eager", "tf.function", "xla")
+    if how != "xla" or blur in ("native_blur", "GaussianBlur")
+]
 
 
 @pytest.mark.parametrize("blur, how", _EMPTY_BATCH_RUNS)
@@ -230,11 +252,14 @@ def test_an_empty_batch_gives_an_empty_batch(blur, how):
 
 
 def test_an_empty_batch_passes_a_model_with_the_layer_in_fit_and_predict_on_batch(random_images):
-    model = keras.Sequential([keras.Input((8, 8, 3)), GaussianBlur(3), keras.layers.Flatten(),
-                              keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((8, 8, 3)), GaussianBlur(3), keras.layers.Flatten(), keras.layers.Dense(1)]
+    )
     model.compile(optimizer="sgd", loss="mse", jit_compile=True)
     assert model.predict_on_batch(np.zeros((0, 8, 8, 3), "float32")).shape == (0, 1)
-    history = model.fit(random_images((4, 8, 8, 3)), np.zeros((4, 1), "float32"), batch_size=4, verbose=0)
+    history = model.fit(
+        random_images((4, 8, 8, 3)), np.zeros((4, 1), "float32"), batch_size=4, verbose=0
+    )
     assert np.isfinite(history.history["loss"]).all()
 
 
@@ -242,13 +267,19 @@ def test_an_empty_batch_passes_a_model_with_the_layer_in_fit_and_predict_on_batc
 def test_reflect_padding_by_slices_still_equals_opencv_at_the_smallest_sizes(
     ksize, sigma, random_images, opencv_blur
 ):
-    images = random_images((2, ksize // 2 + 1, ksize // 2 + 2, 2))  # the smallest images reflect padding takes
-    np.testing.assert_allclose(native_blur(images, ksize, sigma), opencv_blur(images, ksize, sigma), atol=1e-6)
+    images = random_images(
+        (2, ksize // 2 + 1, ksize // 2 + 2, 2)
+    )  # the smallest images reflect padding takes
+    np.testing.assert_allclose(
+        native_blur(images, ksize, sigma), opencv_blur(images, ksize, sigma), atol=1e-6
+    )
 
 
 def test_ksize_has_a_maximum_checked_before_the_kernel_is_made():
     # gaussian_kernel(10**12 + 1) used to ask NumPy for 8 TB.
-    with pytest.raises(ValueError, match=r"^ksize: expected an int >= 1 and <= 32767, got int 1000000000001$"):
+    with pytest.raises(
+        ValueError, match=r"^ksize: expected an int >= 1 and <= 32767, got int 1000000000001$"
+    ):
         gaussian_kernel(10**12 + 1)
     assert gaussian_kernel(32767).shape == (32767,)
 
@@ -264,11 +295,15 @@ def test_images_that_are_no_float_tensor_are_named(images):
 def test_layer_call_errors_name_inputs_before_keras_rewrites_them():
     with pytest.raises(ValueError, match=r"^inputs: expected height and width > ksize // 2 = 2"):
         GaussianBlur(5)(np.zeros((1, 2, 8, 3), "float32"))
-    with pytest.raises(ValueError, match=r"^inputs: expected rank 3 \(H, W, C\) or 4 \(N, H, W, C\)"):
+    with pytest.raises(
+        ValueError, match=r"^inputs: expected rank 3 \(H, W, C\) or 4 \(N, H, W, C\)"
+    ):
         GaussianBlur(5)(np.zeros((8, 8), "float32"))
 
 
 @pytest.mark.parametrize("image", [[[1.0, 2.0]], None, tf.zeros((8, 8))])
 def test_cv2_blur_says_what_it_got(image):
-    with pytest.raises(TypeError, match=r"^image: expected a NumPy array \(call .numpy\(\) on a tensor\), got \w+ "):
+    with pytest.raises(
+        TypeError, match=r"^image: expected a NumPy array \(call .numpy\(\) on a tensor\), got \w+ "
+    ):
         cv2_blur(image)

@@ -19,13 +19,17 @@ def export(tmp_path, layer, shape=(8, 8, 3)):
 
 
 def test_a_keras_layer_converts_and_runs_like_keras(tmp_path):
-    model, path = export(tmp_path, GaussianBlur(ksize=3))  # a layer inside a model, exported by Keras
+    model, path = export(
+        tmp_path, GaussianBlur(ksize=3)
+    )  # a layer inside a model, exported by Keras
     images = np.random.default_rng(0).random((2, 8, 8, 3), dtype=np.float32)
     assert np.abs(run(convert(path), images) - model(images).numpy()).max() < 1e-5
 
 
 # EnsureShape (which keeps py_function_blur's static shape) is a flex op: SELECT_TF_OPS bundles it.
-@pytest.mark.parametrize("select_tf_ops, refused", [(False, ["EagerPyFunc", "EnsureShape"]), (True, ["EagerPyFunc"])])
+@pytest.mark.parametrize(
+    "select_tf_ops, refused", [(False, ["EagerPyFunc", "EnsureShape"]), (True, ["EagerPyFunc"])]
+)
 def test_a_py_function_is_refused_and_named(tmp_path, select_tf_ops, refused):
     _, path = export(tmp_path, keras.layers.Lambda(py_function_blur))
     with pytest.raises(Exception) as caught:  # the converter's ConverterError is not public API
@@ -51,17 +55,26 @@ def doubling_model(tmp_path_factory):
     return convert(path)
 
 
-@pytest.mark.parametrize("batch", [np.ones((3, 2), "float32"), np.ones((2, 3, 1), "float32"), np.ones(3, "float32")])
+@pytest.mark.parametrize(
+    "batch", [np.ones((3, 2), "float32"), np.ones((2, 3, 1), "float32"), np.ones(3, "float32")]
+)
 def test_run_refuses_a_batch_of_another_shape(doubling_model, batch):
     # before: a (3, 2) batch was reshaped to fit and silently gave 2 rows
-    with pytest.raises(ValueError, match=r"^inputs: expected an array of shape \(None, 3\) \(float32\), got ndarray of "
-                                         rf"shape {re.escape(str(batch.shape))}"):
+    with pytest.raises(
+        ValueError,
+        match=r"^inputs: expected an array of shape \(None, 3\) \(float32\), got ndarray of "
+        rf"shape {re.escape(str(batch.shape))}",
+    ):
         run(doubling_model, batch)
 
 
-@pytest.mark.parametrize("batch", [np.ones((2, 3), "complex64"), np.array([["a", "b", "c"]]), [[None, 1, 2]]])
+@pytest.mark.parametrize(
+    "batch", [np.ones((2, 3), "complex64"), np.array([["a", "b", "c"]]), [[None, 1, 2]]]
+)
 def test_run_refuses_a_batch_that_does_not_cast_to_the_input_dtype(doubling_model, batch):
-    with pytest.raises(TypeError, match=r"^inputs: expected an array of shape \(None, 3\) \(float32\)"):
+    with pytest.raises(
+        TypeError, match=r"^inputs: expected an array of shape \(None, 3\) \(float32\)"
+    ):
         run(doubling_model, batch)
 
 
@@ -80,14 +93,38 @@ def test_run_refuses_bytes_that_are_no_tflite_model():
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda p: convert(123), TypeError, "^saved_model_dir: expected a non-empty path .*, got int 123"),
-        (lambda p: convert(p / "missing"), ValueError, "^saved_model_dir: expected an existing SavedModel directory"),
+        (
+            lambda p: convert(123),
+            TypeError,
+            "^saved_model_dir: expected a non-empty path .*, got int 123",
+        ),
+        (
+            lambda p: convert(p / "missing"),
+            ValueError,
+            "^saved_model_dir: expected an existing SavedModel directory",
+        ),
         (lambda p: convert(p, select_tf_ops="yes"), TypeError, "^select_tf_ops: expected"),
-        (lambda p: run("model.tflite", np.ones(2)), TypeError, "^model_bytes: expected the bytes of a TFLite model"),
+        (
+            lambda p: run("model.tflite", np.ones(2)),
+            TypeError,
+            "^model_bytes: expected the bytes of a TFLite model",
+        ),
         (lambda p: convert(""), ValueError, "^saved_model_dir: expected a non-empty path"),
-        (lambda p: convert(p), ValueError, "^saved_model_dir: expected an existing SavedModel directory.*, got PosixPath"),
-        (lambda p: convert(__file__), ValueError, "^saved_model_dir: expected an existing SavedModel directory"),
-        (lambda p: refused_ops("EagerPyFunc"), TypeError, "^error: expected an exception, got str 'EagerPyFunc'"),
+        (
+            lambda p: convert(p),
+            ValueError,
+            "^saved_model_dir: expected an existing SavedModel directory.*, got PosixPath",
+        ),
+        (
+            lambda p: convert(__file__),
+            ValueError,
+            "^saved_model_dir: expected an existing SavedModel directory",
+        ),
+        (
+            lambda p: refused_ops("EagerPyFunc"),
+            TypeError,
+            "^error: expected an exception, got str 'EagerPyFunc'",
+        ),
     ],
 )
 def test_bad_input_is_named(tmp_path, call, error, match):
@@ -97,6 +134,8 @@ def test_bad_input_is_named(tmp_path, call, error, match):
 
 def test_run_lets_the_interpreters_error_for_an_unresolved_custom_op_through(tmp_path):
     _, path = export(tmp_path, keras.layers.Lambda(py_function_blur))
-    custom = convert(path, select_tf_ops=True, custom_ops=True)  # EagerPyFunc goes in as a custom op
+    custom = convert(
+        path, select_tf_ops=True, custom_ops=True
+    )  # EagerPyFunc goes in as a custom op
     with pytest.raises(RuntimeError, match="unresolved custom op: EagerPyFunc"):
         run(custom, np.ones((1, 8, 8, 3), "float32"))

@@ -61,8 +61,11 @@ def test_the_default_device_is_the_gpu_when_there_is_one():
         ({"number": 1.5}, TypeError, "^number: expected an int >= 1"),
         ({"warmup": -1}, ValueError, "^warmup: expected an int >= 0"),
         ({"device": "/TPU:7"}, ValueError, "^device: expected one of the devices"),
-        ({"device": 0}, TypeError,
-         "^device: expected a device string such as '/CPU:0', got int 0$"),
+        (
+            {"device": 0},
+            TypeError,
+            "^device: expected a device string such as '/CPU:0', got int 0$",
+        ),
         ({"device": "/TPU:7"}, ValueError, "got str '/TPU:7'$"),
         ({"device": ""}, ValueError, "^device: expected a device string"),
     ],
@@ -75,11 +78,17 @@ def test_bad_input_is_rejected_naming_the_argument(kwargs, error, match):
 
 
 def test_a_device_check_prints_what_arrived_not_only_its_type():
-    with pytest.raises(TypeError, match=r"^device: expected a device string such as '/CPU:0', "
-                                        r"got list \['/CPU:0'\]$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^device: expected a device string such as '/CPU:0', "
+        r"got list \['/CPU:0'\]$",
+    ):
         resolve_device(["/CPU:0"])
-    with pytest.raises(ValueError, match=r"^device: expected a device string such as '/GPU:0', "
-                                         r"got str 'no such'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^device: expected a device string such as '/GPU:0', "
+        r"got str 'no such'$",
+    ):
         resolve_device("no such")
 
 
@@ -110,16 +119,21 @@ def test_compare_alternates_and_keeps_the_ratio_of_known_durations():
         order.append(name)
         busy_wait(seconds, durations[name])
 
-    timings = compare({"short": lambda: wait("short", 0.002), "long": lambda: wait("long", 0.006)},
-                      repeats=4, target=0.006)
+    timings = compare(
+        {"short": lambda: wait("short", 0.002), "long": lambda: wait("long", 0.006)},
+        repeats=4,
+        target=0.006,
+    )
     assert list(timings) == ["short", "long"]
     short, long = timings["short"].number, timings["long"].number
     assert 1 <= short <= 3 and long == 1 and timings["long"].repeats == 4  # about 6 ms per turn
     assert timings["short"].best >= 0.002 and timings["long"].best >= 0.006
     timed = {name: calls[2:] for name, calls in durations.items()}  # after warm-up and calibration
     for name, timing in timings.items():
-        per_round = [sum(timed[name][i:i + timing.number]) / timing.number
-                     for i in range(0, len(timed[name]), timing.number)]
+        per_round = [
+            sum(timed[name][i : i + timing.number]) / timing.number
+            for i in range(0, len(timed[name]), timing.number)
+        ]
         assert statistics.median(per_round) * 0.999 <= timing.median
         assert timing.median < statistics.median(per_round) * 1.5
     # warm-up, calibration, then rounds that alternate: short x3, long x1, short x3, ...
@@ -130,16 +144,28 @@ def test_compare_alternates_and_keeps_the_ratio_of_known_durations():
 @pytest.mark.parametrize(
     "calls, kwargs, error, match",
     [
-        ({}, {}, ValueError,
-         r"^calls: expected a non-empty mapping of names to callables, got dict \{\}$"),
-        ([lambda: None], {}, TypeError,
-         "^calls: expected a non-empty mapping of names to callables, got list"),
+        (
+            {},
+            {},
+            ValueError,
+            r"^calls: expected a non-empty mapping of names to callables, got dict \{\}$",
+        ),
+        (
+            [lambda: None],
+            {},
+            TypeError,
+            "^calls: expected a non-empty mapping of names to callables, got list",
+        ),
         ({"a": 1}, {}, TypeError, r"^calls\['a'\]: expected a callable, got int 1$"),
         ({1: print}, {}, TypeError, r"^calls\[1\]: expected a str name, got int 1$"),
         ({"a": lambda: None}, {"target": 0}, ValueError, "^target: expected a finite number > 0"),
         ({"a": lambda: None}, {"repeats": 0}, ValueError, "^repeats: expected an int >= 1"),
-        ({"a": lambda: None}, {"device": "/CPU:9"}, ValueError,
-         "^device: expected one of the devices"),
+        (
+            {"a": lambda: None},
+            {"device": "/CPU:9"},
+            ValueError,
+            "^device: expected one of the devices",
+        ),
     ],
 )
 def test_compare_rejects_bad_input(calls, kwargs, error, match):
@@ -153,16 +179,27 @@ def test_check_calls_names_the_argument_it_checks():
         check_calls({"x": "f"}, "methods")
 
 
-@pytest.mark.parametrize("run, match", [
-    (lambda: time_call(abs, 1, repeats=10**12),
-     r"^repeats: expected an int >= 1 and <= 1000, got int 1000000000000$"),
-    (lambda: time_call(abs, 1, number=10**12),
-     r"^number: expected an int >= 1 and <= 1000000, got int "),
-    (lambda: time_call(abs, 1, warmup=10**12),
-     r"^warmup: expected an int >= 0 and <= 1000, got int "),
-    (lambda: compare({"a": lambda: None}, target=1e300),
-     r"^target: expected a finite number > 0 and <= 60, got "),
-])
+@pytest.mark.parametrize(
+    "run, match",
+    [
+        (
+            lambda: time_call(abs, 1, repeats=10**12),
+            r"^repeats: expected an int >= 1 and <= 1000, got int 1000000000000$",
+        ),
+        (
+            lambda: time_call(abs, 1, number=10**12),
+            r"^number: expected an int >= 1 and <= 1000000, got int ",
+        ),
+        (
+            lambda: time_call(abs, 1, warmup=10**12),
+            r"^warmup: expected an int >= 0 and <= 1000, got int ",
+        ),
+        (
+            lambda: compare({"a": lambda: None}, target=1e300),
+            r"^target: expected a finite number > 0 and <= 60, got ",
+        ),
+    ],
+)
 def test_huge_counts_are_refused_before_running(run, match):
     started = time.perf_counter()
     with pytest.raises(ValueError, match=match):

@@ -25,9 +25,15 @@ def small_model(seed=1, regularizer=None):
     image, meta = keras.Input((IMAGE, IMAGE, 3), name="image"), keras.Input((META,), name="meta")
     a = keras.layers.Conv2D(8, 3, strides=2, activation="relu", name="conv")(image)
     a = keras.layers.GlobalAveragePooling2D()(a)
-    b = keras.layers.Dense(16, activation="relu", name="meta_dense", kernel_regularizer=regularizer)(meta)
-    joined = keras.layers.Dense(32, activation="relu", name="joined")(keras.layers.Concatenate()([a, b]))
-    return keras.Model([image, meta], keras.layers.Dense(NUM_CLASSES, activation="softmax", name="head")(joined))
+    b = keras.layers.Dense(
+        16, activation="relu", name="meta_dense", kernel_regularizer=regularizer
+    )(meta)
+    joined = keras.layers.Dense(32, activation="relu", name="joined")(
+        keras.layers.Concatenate()([a, b])
+    )
+    return keras.Model(
+        [image, meta], keras.layers.Dense(NUM_CLASSES, activation="softmax", name="head")(joined)
+    )
 
 
 def max_difference(a, b):
@@ -41,9 +47,16 @@ def crossentropy(**kwargs):
 def test_fit_lowers_the_loss_and_beats_chance_on_shapes_data():
     train, validation = shapes_dataset(768, seed=0), shapes_dataset(256, seed=1)
     model = small_model()
-    history = fit(model, train, optimizer=keras.optimizers.Adam(0.01), loss=crossentropy(), epochs=12,
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-                  validation_data=validation, progress=False)
+    history = fit(
+        model,
+        train,
+        optimizer=keras.optimizers.Adam(0.01),
+        loss=crossentropy(),
+        epochs=12,
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        validation_data=validation,
+        progress=False,
+    )
     assert sorted(history) == ["accuracy", "loss", "val_accuracy", "val_loss"]
     assert all(len(values) == 12 for values in history.values())
     assert history["loss"][-1] < 0.7 * history["loss"][0]
@@ -56,12 +69,24 @@ def test_fit_equals_model_fit_with_sgd():
     train, validation = shapes_dataset(200, batch=48), shapes_dataset(64, batch=48, seed=1)
     ours, reference = small_model(), small_model(seed=2)
     reference.set_weights(ours.get_weights())
-    history = fit(ours, train, optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=crossentropy(),
-                  epochs=3, validation_data=validation, progress=False,
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
-    reference.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=crossentropy(),
-                      metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
-    keras_history = reference.fit(train, epochs=3, validation_data=validation, shuffle=False, verbose=0).history
+    history = fit(
+        ours,
+        train,
+        optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+        loss=crossentropy(),
+        epochs=3,
+        validation_data=validation,
+        progress=False,
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
+    reference.compile(
+        optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+        loss=crossentropy(),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
+    keras_history = reference.fit(
+        train, epochs=3, validation_data=validation, shuffle=False, verbose=0
+    ).history
     assert max_difference(ours, reference) < 1e-6
     for name in ["loss", "accuracy", "val_loss", "val_accuracy"]:
         np.testing.assert_allclose(history[name], keras_history[name], rtol=1e-6)
@@ -75,16 +100,29 @@ def test_the_step_is_traced_once_not_once_per_epoch():
         traces.append(None)  # Python runs only while tracing
         return keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
 
-    fit(small_model(), data, optimizer=keras.optimizers.SGD(0.01), loss=counting_loss, epochs=3, progress=False)
+    fit(
+        small_model(),
+        data,
+        optimizer=keras.optimizers.SGD(0.01),
+        loss=counting_loss,
+        epochs=3,
+        progress=False,
+    )
     assert len(traces) == 1
 
-    step = make_train_step(small_model(), optimizer=keras.optimizers.SGD(0.01), loss=crossentropy(),
-                           element_spec=data.element_spec)
+    step = make_train_step(
+        small_model(),
+        optimizer=keras.optimizers.SGD(0.01),
+        loss=crossentropy(),
+        element_spec=data.element_spec,
+    )
     for _ in range(3):
         for batch in data:
             step(batch)
     assert step.experimental_get_tracing_count() == 1
-    unsigned = make_train_step(small_model(), optimizer=keras.optimizers.SGD(0.01), loss=crossentropy())
+    unsigned = make_train_step(
+        small_model(), optimizer=keras.optimizers.SGD(0.01), loss=crossentropy()
+    )
     for _ in range(3):
         for batch in data:
             unsigned(batch)
@@ -98,16 +136,28 @@ def read_scalars(log_dir):
         for record in tf.data.TFRecordDataset(os.path.join(log_dir, name)):
             event = tf.compat.v1.Event.FromString(record.numpy())
             for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
+                scalars.setdefault(value.tag, []).append(
+                    (event.step, float(tf.make_ndarray(value.tensor)))
+                )
     return scalars
 
 
 def test_tensorboard_scalars_are_written_per_epoch(tmp_path):
     data = shapes_dataset(96)
-    history = fit(small_model(), data, optimizer=keras.optimizers.SGD(0.05), loss=crossentropy(), epochs=3,
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")], validation_data=data,
-                  log_dir=tmp_path / "logs", progress=False)
-    assert [p.name.startswith("events.out.tfevents") for p in (tmp_path / "logs").iterdir()] == [True]
+    history = fit(
+        small_model(),
+        data,
+        optimizer=keras.optimizers.SGD(0.05),
+        loss=crossentropy(),
+        epochs=3,
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        validation_data=data,
+        log_dir=tmp_path / "logs",
+        progress=False,
+    )
+    assert [p.name.startswith("events.out.tfevents") for p in (tmp_path / "logs").iterdir()] == [
+        True
+    ]
     scalars = read_scalars(tmp_path / "logs")
     assert sorted(scalars) == sorted(history)
     for name, values in history.items():
@@ -115,7 +165,9 @@ def test_tensorboard_scalars_are_written_per_epoch(tmp_path):
         np.testing.assert_allclose([value for _, value in scalars[name]], values, rtol=1e-6)
 
 
-@pytest.mark.parametrize("length, read_interval", [("known", training.READ_INTERVAL), ("unknown", 0.0)])
+@pytest.mark.parametrize(
+    "length, read_interval", [("known", training.READ_INTERVAL), ("unknown", 0.0)]
+)
 def test_a_non_finite_loss_stops_naming_epoch_and_step_and_keeps_the_previous_weights(
     length, read_interval, monkeypatch
 ):
@@ -135,16 +187,29 @@ def test_a_non_finite_loss_stops_naming_epoch_and_step_and_keeps_the_previous_we
         return loss
 
     model, optimizer = small_model(), keras.optimizers.Adam(0.01)
-    with pytest.raises(NonFiniteError, match=r"^loss is nan at epoch 2, step 2: training stopped") as info:
+    with pytest.raises(
+        NonFiniteError, match=r"^loss is nan at epoch 2, step 2: training stopped"
+    ) as info:
         # iteration 5, counted from 0, is the 6th step: epoch 2, step 2
-        fit(model, data, optimizer=optimizer, loss=nan_at_iteration(optimizer, 5), epochs=3, progress=False)
+        fit(
+            model,
+            data,
+            optimizer=optimizer,
+            loss=nan_at_iteration(optimizer, 5),
+            epochs=3,
+            progress=False,
+        )
     assert isinstance(info.value, FloatingPointError)
     assert (info.value.epoch, info.value.step) == (2, 2) and len(info.value.history["loss"]) == 1
     assert int(optimizer.iterations) == 5  # the bad step was not applied
 
     reference, reference_optimizer = small_model(), keras.optimizers.Adam(0.01)
-    step = make_train_step(reference, optimizer=reference_optimizer, loss=nan_at_iteration(reference_optimizer, 5),
-                           element_spec=data.element_spec)
+    step = make_train_step(
+        reference,
+        optimizer=reference_optimizer,
+        loss=nan_at_iteration(reference_optimizer, 5),
+        element_spec=data.element_spec,
+    )
     for batch in shapes_dataset(128).repeat(2).take(5):
         step(batch)
     assert max_difference(model, reference) == 0.0
@@ -157,14 +222,26 @@ def test_a_nan_input_hidden_by_the_loss_still_stops_training():
     meta[40, 1] = np.nan  # in the second batch of 32
     data = tf.data.Dataset.from_tensor_slices(((images, meta), labels)).batch(32)
     model = small_model()
-    step = make_train_step(model, optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(),
-                           element_spec=data.element_spec)
+    step = make_train_step(
+        model,
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=crossentropy(),
+        element_spec=data.element_spec,
+    )
     outputs = [step(batch) for batch in data]
     assert [bool(out["applied"]) for out in outputs] == [True, False, True]
     assert math.isfinite(float(outputs[1]["loss"]))
     assert all(np.isfinite(w).all() for w in model.get_weights())
-    with pytest.raises(NonFiniteError, match=r"^gradients are not finite \(loss [0-9.]+\) at epoch 1, step 2: "):
-        fit(small_model(), data, optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), progress=False)
+    with pytest.raises(
+        NonFiniteError, match=r"^gradients are not finite \(loss [0-9.]+\) at epoch 1, step 2: "
+    ):
+        fit(
+            small_model(),
+            data,
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=crossentropy(),
+            progress=False,
+        )
 
 
 PAIRS = r"^{}: expected a tf.data.Dataset of \(inputs, targets\) pairs"
@@ -174,20 +251,64 @@ PAIRS = r"^{}: expected a tf.data.Dataset of \(inputs, targets\) pairs"
     "change, error, match",
     [
         ({"dataset": "images"}, TypeError, PAIRS.format("dataset") + ", got str"),
-        ({"dataset": "unpaired"}, ValueError, PAIRS.format("dataset") + ", got elements TensorSpec"),
-        ({"dataset": "triples"}, ValueError, r"^dataset: expected .* pairs, got elements \(.*map it to pairs first"),
-        ({"dataset": "infinite"}, ValueError, r"^dataset: expected a finite dataset \(an epoch is one pass"),
-        ({"validation_data": "unpaired"}, ValueError, r"^validation_data: expected a tf.data.Dataset of \(inputs"),
+        (
+            {"dataset": "unpaired"},
+            ValueError,
+            PAIRS.format("dataset") + ", got elements TensorSpec",
+        ),
+        (
+            {"dataset": "triples"},
+            ValueError,
+            r"^dataset: expected .* pairs, got elements \(.*map it to pairs first",
+        ),
+        (
+            {"dataset": "infinite"},
+            ValueError,
+            r"^dataset: expected a finite dataset \(an epoch is one pass",
+        ),
+        (
+            {"validation_data": "unpaired"},
+            ValueError,
+            r"^validation_data: expected a tf.data.Dataset of \(inputs",
+        ),
         ({"epochs": 0}, ValueError, r"^epochs: expected an int >= 1 and <= 1000000, got int 0"),
-        ({"epochs": 2.0}, TypeError, r"^epochs: expected an int >= 1 and <= 1000000, got float 2.0"),
-        ({"epochs": 10**12}, ValueError, r"^epochs: expected an int >= 1 and <= 1000000, got int 1000000000000"),
-        ({"clip_norm": 0.0}, ValueError, r"^clip_norm: expected a finite number > 0 and <= 3.40282e\+38, got float 0.0"),
-        ({"clip_norm": -1}, ValueError, r"^clip_norm: expected a finite number > 0 and <= 3.40282e\+38, got int -1"),
-        ({"optimizer": "sgd"}, TypeError, r"^optimizer: expected a keras.optimizers.Optimizer, got str"),
+        (
+            {"epochs": 2.0},
+            TypeError,
+            r"^epochs: expected an int >= 1 and <= 1000000, got float 2.0",
+        ),
+        (
+            {"epochs": 10**12},
+            ValueError,
+            r"^epochs: expected an int >= 1 and <= 1000000, got int 1000000000000",
+        ),
+        (
+            {"clip_norm": 0.0},
+            ValueError,
+            r"^clip_norm: expected a finite number > 0 and <= 3.40282e\+38, got float 0.0",
+        ),
+        (
+            {"clip_norm": -1},
+            ValueError,
+            r"^clip_norm: expected a finite number > 0 and <= 3.40282e\+38, got int -1",
+        ),
+        (
+            {"optimizer": "sgd"},
+            TypeError,
+            r"^optimizer: expected a keras.optimizers.Optimizer, got str",
+        ),
         ({"loss": 3}, TypeError, r"^loss: expected a callable"),
-        ({"metrics": ["accuracy"]}, TypeError, r"^metrics\[0\]: expected a keras.metrics.Metric, got str"),
+        (
+            {"metrics": ["accuracy"]},
+            TypeError,
+            r"^metrics\[0\]: expected a keras.metrics.Metric, got str",
+        ),
         ({"progress": 1}, TypeError, r"^progress: expected a bool, got int 1"),
-        ({"strategy": "mirrored"}, TypeError, r"^strategy: expected a tf.distribute.Strategy or None"),
+        (
+            {"strategy": "mirrored"},
+            TypeError,
+            r"^strategy: expected a tf.distribute.Strategy or None",
+        ),
     ],
 )
 def test_bad_input_is_rejected_before_training(change, error, match):
@@ -200,9 +321,15 @@ def test_bad_input_is_rejected_before_training(change, error, match):
     }
     model = small_model()
     before = model.get_weights()
-    arguments = {"dataset": shapes_dataset(8), "optimizer": keras.optimizers.SGD(0.1), "loss": crossentropy(),
-                 "progress": False}
-    arguments.update({k: datasets.get(v, v) if isinstance(v, str) else v for k, v in change.items()})
+    arguments = {
+        "dataset": shapes_dataset(8),
+        "optimizer": keras.optimizers.SGD(0.1),
+        "loss": crossentropy(),
+        "progress": False,
+    }
+    arguments.update(
+        {k: datasets.get(v, v) if isinstance(v, str) else v for k, v in change.items()}
+    )
     with pytest.raises(error, match=match):
         fit(model, **arguments)
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
@@ -212,7 +339,14 @@ def test_global_norm_clipping_bounds_the_update():
     data = shapes_dataset(32)
     model = small_model()
     before = model.get_weights()
-    fit(model, data, optimizer=keras.optimizers.SGD(1.0), loss=crossentropy(), clip_norm=1e-3, progress=False)
+    fit(
+        model,
+        data,
+        optimizer=keras.optimizers.SGD(1.0),
+        loss=crossentropy(),
+        clip_norm=1e-3,
+        progress=False,
+    )
     update = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in zip(before, model.get_weights())))
     assert update == pytest.approx(1e-3, rel=1e-4)  # SGD with rate 1 moves by the clipped gradient
 
@@ -221,9 +355,11 @@ def test_l2_penalties_from_model_losses_are_added_to_the_loss():
     data = shapes_dataset(32)
     model = small_model(regularizer=keras.regularizers.L2(0.5))
     penalty = 0.5 * float(np.sum(model.get_layer("meta_dense").kernel.numpy() ** 2))
-    (x, y), = data
+    ((x, y),) = data
     data_loss = float(crossentropy()(y, model(x)))
-    history = fit(model, data, optimizer=keras.optimizers.SGD(0.0), loss=crossentropy(), progress=False)
+    history = fit(
+        model, data, optimizer=keras.optimizers.SGD(0.0), loss=crossentropy(), progress=False
+    )
     assert history["loss"][0] == pytest.approx(data_loss + penalty, rel=1e-6)
     assert penalty > 0.1 * data_loss  # large enough that a missing penalty would fail
 
@@ -233,7 +369,13 @@ def test_frozen_layers_keep_their_weights():
     model.get_layer("conv").trainable = False
     frozen = [w.copy() for w in model.get_layer("conv").get_weights()]
     head = model.get_layer("head").get_weights()[0].copy()
-    fit(model, shapes_dataset(64), optimizer=keras.optimizers.Adam(0.01), loss=crossentropy(), progress=False)
+    fit(
+        model,
+        shapes_dataset(64),
+        optimizer=keras.optimizers.Adam(0.01),
+        loss=crossentropy(),
+        progress=False,
+    )
     assert all(np.array_equal(a, b) for a, b in zip(frozen, model.get_layer("conv").get_weights()))
     assert not np.array_equal(head, model.get_layer("head").get_weights()[0])
 
@@ -244,26 +386,45 @@ def test_a_multi_task_loss_trains_two_heads():
     data = tf.data.Dataset.from_tensor_slices(((images, meta), targets)).batch(32)
     base = small_model()
     features = base.get_layer("joined").output
-    outputs = {"label": keras.layers.Dense(NUM_CLASSES, activation="softmax", name="label")(features),
-               "meta_sum": keras.layers.Dense(1, name="meta_sum")(features)}
+    outputs = {
+        "label": keras.layers.Dense(NUM_CLASSES, activation="softmax", name="label")(features),
+        "meta_sum": keras.layers.Dense(1, name="meta_sum")(features),
+    }
     model = keras.Model(base.inputs, outputs)
     ce, mse = crossentropy(), keras.losses.MeanSquaredError()
 
     def multi_task(y_true, y_pred):
-        return ce(y_true["label"], y_pred["label"]) + 0.5 * mse(y_true["meta_sum"], y_pred["meta_sum"])
+        return ce(y_true["label"], y_pred["label"]) + 0.5 * mse(
+            y_true["meta_sum"], y_pred["meta_sum"]
+        )
 
-    metrics = {"label": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-               "meta_sum": keras.metrics.MeanAbsoluteError(name="mae")}
-    history = fit(model, data, optimizer=keras.optimizers.Adam(0.01), loss=multi_task, metrics=metrics,
-                  epochs=6, progress=False)
+    metrics = {
+        "label": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        "meta_sum": keras.metrics.MeanAbsoluteError(name="mae"),
+    }
+    history = fit(
+        model,
+        data,
+        optimizer=keras.optimizers.Adam(0.01),
+        loss=multi_task,
+        metrics=metrics,
+        epochs=6,
+        progress=False,
+    )
     assert sorted(history) == ["label_accuracy", "loss", "meta_sum_mae"]
     assert history["meta_sum_mae"][-1] < 0.5 * history["meta_sum_mae"][0]
     assert history["loss"][-1] < history["loss"][0]
 
 
 def test_progress_prints_one_clean_line_per_epoch_off_a_terminal(capsys):
-    fit(small_model(), shapes_dataset(64), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), epochs=2,
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    fit(
+        small_model(),
+        shapes_dataset(64),
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=crossentropy(),
+        epochs=2,
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" - ")[0] for line in lines] == ["Epoch 1/2", "2/2", "Epoch 2/2", "2/2"]
     assert all(" - loss: " in line and " - accuracy: " in line for line in lines[1::2])
@@ -274,8 +435,15 @@ def test_on_epoch_end_and_eval_step():
     data = shapes_dataset(64)
     seen = []
     model = small_model()
-    history = fit(model, data, optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), epochs=2,
-                  progress=False, on_epoch_end=lambda epoch, logs: seen.append((epoch, logs["loss"])))
+    history = fit(
+        model,
+        data,
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=crossentropy(),
+        epochs=2,
+        progress=False,
+        on_epoch_end=lambda epoch, logs: seen.append((epoch, logs["loss"])),
+    )
     assert seen == [(1, history["loss"][0]), (2, history["loss"][1])]
     step = make_eval_step(model, loss=crossentropy(reduction=None))
     outputs = [step(batch) for batch in data]
@@ -294,7 +462,12 @@ def test_repeated_fit_calls_reuse_their_traced_functions():
 
     model, optimizer = small_model(), keras.optimizers.SGD(0.01)
     metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-    kwargs = dict(loss=counting_loss, metrics=metrics, validation_data=shapes_dataset(32, seed=1), progress=False)
+    kwargs = dict(
+        loss=counting_loss,
+        metrics=metrics,
+        validation_data=shapes_dataset(32, seed=1),
+        progress=False,
+    )
     histories = [fit(model, data, optimizer=optimizer, **kwargs) for _ in range(3)]
     assert len(traces) == 2  # the training step once, the validation step once
     assert histories[2]["loss"][0] < histories[0]["loss"][0]  # the same model, trained on
@@ -333,8 +506,13 @@ def test_an_epoch_of_known_length_reads_the_device_once_at_its_end_not_per_step(
     per_epoch = {}
     for batches in (2, 8):
         reads.clear()
-        history = fit(small_model(), shapes_dataset(16 * batches, batch=16), optimizer=keras.optimizers.SGD(0.01),
-                      loss=crossentropy(), progress=False)
+        history = fit(
+            small_model(),
+            shapes_dataset(16 * batches, batch=16),
+            optimizer=keras.optimizers.SGD(0.01),
+            loss=crossentropy(),
+            progress=False,
+        )
         per_epoch[batches] = len(reads)
         assert math.isfinite(history["loss"][0])
     assert per_epoch[2] == per_epoch[8] <= 5, per_epoch  # a few reads at the end, none per step
@@ -342,37 +520,66 @@ def test_an_epoch_of_known_length_reads_the_device_once_at_its_end_not_per_step(
 
 def test_fit_builds_a_model_without_input_from_the_dataset():
     x = np.random.default_rng(0).normal(size=(64, 3)).astype("float32")
-    data = tf.data.Dataset.from_tensor_slices((x, x @ np.array([[1.0], [-2.0], [0.5]], "float32"))).batch(16)
+    data = tf.data.Dataset.from_tensor_slices(
+        (x, x @ np.array([[1.0], [-2.0], [0.5]], "float32"))
+    ).batch(16)
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.layers.Dense(1)])
-    history = fit(model, data, optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.MeanSquaredError(),
-                  epochs=5, progress=False)
+    history = fit(
+        model,
+        data,
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.MeanSquaredError(),
+        epochs=5,
+        progress=False,
+    )
     assert model.built and tuple(model.layers[0].kernel.shape) == (3, 1)
     assert history["loss"][-1] < 0.05 * history["loss"][0]
-    with pytest.raises(ValueError, match=r"^model: expected a built model, got an unbuilt Sequential; call it"):
-        make_train_step(keras.Sequential([keras.layers.Dense(1)]), optimizer=keras.optimizers.SGD(0.1),
-                        loss=keras.losses.MeanSquaredError())
+    with pytest.raises(
+        ValueError, match=r"^model: expected a built model, got an unbuilt Sequential; call it"
+    ):
+        make_train_step(
+            keras.Sequential([keras.layers.Dense(1)]),
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.MeanSquaredError(),
+        )
     frozen = small_model()
     frozen.trainable = False
-    with pytest.raises(ValueError, match=r"^model: expected trainable variables, got none in Functional"):
-        fit(frozen, shapes_dataset(8), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), progress=False)
+    with pytest.raises(
+        ValueError, match=r"^model: expected trainable variables, got none in Functional"
+    ):
+        fit(
+            frozen,
+            shapes_dataset(8),
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=crossentropy(),
+            progress=False,
+        )
 
 
 def test_a_dataset_of_unknown_length_trains_as_the_same_data_of_known_length():
     data = shapes_dataset(100, batch=32)
     unknown = data.filter(lambda x, y: True)
-    kwargs = dict(optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), epochs=2, progress=False,
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    kwargs = dict(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=crossentropy(),
+        epochs=2,
+        progress=False,
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
     known_model, unknown_model = small_model(), small_model()
-    assert fit(known_model, data, **kwargs) == fit(unknown_model, unknown, **kwargs | {
-        "optimizer": keras.optimizers.SGD(0.1)})
+    assert fit(known_model, data, **kwargs) == fit(
+        unknown_model, unknown, **kwargs | {"optimizer": keras.optimizers.SGD(0.1)}
+    )
     assert max_difference(known_model, unknown_model) == 0.0
 
 
 def test_a_live_bar_in_a_terminal_reads_the_running_loss(capsys, monkeypatch):
     monkeypatch.setattr(training, "READ_INTERVAL", 0.0)  # read after every step
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    history = fit(small_model(), shapes_dataset(64), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy())
+    history = fit(
+        small_model(), shapes_dataset(64), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy()
+    )
     printed = capsys.readouterr().out
     assert printed.startswith("Epoch 1/1\n") and ("\r" in printed or "\x1b" in printed)
     assert "2/2" in printed and f"loss: {history['loss'][0]:.4f}" in printed
@@ -393,12 +600,20 @@ def mixed_float16():
 
 
 def one_weight_model():
-    return keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")])
+    return keras.Sequential(
+        [keras.Input((1,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")]
+    )
 
 
 def constant_data(value, steps, targets=None):
-    targets = np.zeros((steps, 1), "float32") if targets is None else np.array(targets, "float32").reshape(-1, 1)
-    return tf.data.Dataset.from_tensor_slices((np.full((steps, 1), value, "float32"), targets)).batch(1)
+    targets = (
+        np.zeros((steps, 1), "float32")
+        if targets is None
+        else np.array(targets, "float32").reshape(-1, 1)
+    )
+    return tf.data.Dataset.from_tensor_slices(
+        (np.full((steps, 1), value, "float32"), targets)
+    ).batch(1)
 
 
 def train_both_ways(data, loss_scale_optimizer):
@@ -406,12 +621,21 @@ def train_both_ways(data, loss_scale_optimizer):
     kernels = {}
     for kind in ["model.fit", "fit"]:
         model, optimizer = one_weight_model(), loss_scale_optimizer()
-        assert (model.layers[0].compute_dtype, model.layers[0].kernel.dtype) == ("float16", "float32")
+        assert (model.layers[0].compute_dtype, model.layers[0].kernel.dtype) == (
+            "float16",
+            "float32",
+        )
         if kind == "model.fit":
             model.compile(optimizer=optimizer, loss=keras.losses.MeanSquaredError())
             model.fit(data, shuffle=False, verbose=0)
         else:
-            fit(model, data, optimizer=optimizer, loss=keras.losses.MeanSquaredError(), progress=False)
+            fit(
+                model,
+                data,
+                optimizer=optimizer,
+                loss=keras.losses.MeanSquaredError(),
+                progress=False,
+            )
         kernels[kind] = float(model.layers[0].kernel.numpy()[0, 0])
     return kernels, optimizer
 
@@ -419,16 +643,23 @@ def train_both_ways(data, loss_scale_optimizer):
 def test_mixed_precision_one_step_equals_model_fit(mixed_float16):
     # Kernel 1, input 0.5, target 0: loss (w/2)^2, gradient 0.5; one SGD(0.1) step gives 0.95. Without
     # the loss scaled first, the optimizer would divide an unscaled gradient by its scale, 2**15.
-    kernels, optimizer = train_both_ways(constant_data(0.5, steps=1),
-                                         lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)))
+    kernels, optimizer = train_both_ways(
+        constant_data(0.5, steps=1),
+        lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+    )
     assert kernels["fit"] == kernels["model.fit"] == pytest.approx(0.95, abs=1e-7)
     assert int(optimizer.iterations) == 1
 
     data = shapes_dataset(64)
     ours, reference = small_model(), small_model(seed=2)
     reference.set_weights(ours.get_weights())
-    history = fit(ours, data, optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-                  loss=crossentropy(), progress=False)
+    history = fit(
+        ours,
+        data,
+        optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+        loss=crossentropy(),
+        progress=False,
+    )
     reference.compile(optimizer=keras.optimizers.SGD(0.1), loss=crossentropy())  # compile wraps it
     assert isinstance(reference.optimizer, keras.optimizers.LossScaleOptimizer)
     keras_history = reference.fit(data, shuffle=False, verbose=0).history
@@ -436,23 +667,42 @@ def test_mixed_precision_one_step_equals_model_fit(mixed_float16):
     np.testing.assert_allclose(history["loss"], keras_history["loss"], rtol=1e-6)
 
 
-def test_an_overflowing_step_is_skipped_by_the_loss_scale_optimizer_and_training_goes_on(mixed_float16):
+def test_an_overflowing_step_is_skipped_by_the_loss_scale_optimizer_and_training_goes_on(
+    mixed_float16,
+):
     # Input 1: the scaled float16 gradient 2 * 2**15 overflows. The optimizer skips that step and
     # halves its scale; the second step applies: 1 - 0.1 * 2 = 0.8, as with model.fit.
-    kernels, optimizer = train_both_ways(constant_data(1.0, steps=2),
-                                         lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)))
+    kernels, optimizer = train_both_ways(
+        constant_data(1.0, steps=2),
+        lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+    )
     assert kernels["fit"] == kernels["model.fit"] == pytest.approx(0.8, abs=1e-7)
     assert float(optimizer.dynamic_scale) == 2.0**14 and int(optimizer.iterations) == 1
 
-    clipped = one_weight_model()  # clipping applies to the unscaled gradients: 0.1 * 0.5 moves by 0.05
-    fit(clipped, constant_data(0.5, steps=1), optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-        loss=keras.losses.MeanSquaredError(), clip_norm=0.1, progress=False)
+    clipped = (
+        one_weight_model()
+    )  # clipping applies to the unscaled gradients: 0.1 * 0.5 moves by 0.05
+    fit(
+        clipped,
+        constant_data(0.5, steps=1),
+        optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+        loss=keras.losses.MeanSquaredError(),
+        clip_norm=0.1,
+        progress=False,
+    )
     assert float(clipped.layers[0].kernel.numpy()[0, 0]) == pytest.approx(0.99, abs=1e-7)
 
-    nan_target = constant_data(0.5, steps=3, targets=[0.0, np.nan, 0.0])  # a non-finite loss is still ours
+    nan_target = constant_data(
+        0.5, steps=3, targets=[0.0, np.nan, 0.0]
+    )  # a non-finite loss is still ours
     with pytest.raises(NonFiniteError, match=r"^loss is nan at epoch 1, step 2"):
-        fit(one_weight_model(), nan_target, optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-            loss=keras.losses.MeanSquaredError(), progress=False)
+        fit(
+            one_weight_model(),
+            nan_target,
+            optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+            loss=keras.losses.MeanSquaredError(),
+            progress=False,
+        )
 
 
 MIRRORED = """
@@ -495,15 +745,25 @@ def test_mirrored_strategy_replicas_agree_and_match_one_device():
     from companion.notebook import run_python
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = run_python(MIRRORED, env={"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])})
+    result = run_python(
+        MIRRORED, env={"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()[-4:]
     for line in lines[:2]:  # per-example losses, then a Keras loss with its default reduction
         count, difference, close_weights, close_histories = line.split()
-        assert int(count) > 10 and float(difference) == 0.0 and close_weights == close_histories == "True"
-    assert lines[2] == ("loss: expected per-example losses (shape (batch,)) or a keras.losses.Loss under a strategy "
-                        "with 2 replicas, got a scalar from 'mean_loss'")
-    assert lines[3].startswith("strategy: expected the model and optimizer to be created under strategy.scope()")
+        assert (
+            int(count) > 10
+            and float(difference) == 0.0
+            and close_weights == close_histories == "True"
+        )
+    assert lines[2] == (
+        "loss: expected per-example losses (shape (batch,)) or a keras.losses.Loss under a strategy "
+        "with 2 replicas, got a scalar from 'mean_loss'"
+    )
+    assert lines[3].startswith(
+        "strategy: expected the model and optimizer to be created under strategy.scope()"
+    )
 
 
 # ---------------------------------------------------------------- issue 16: bad input, silent results
@@ -516,22 +776,35 @@ def two_weight_model():
 
 def regression_data(n=8, batch=4, targets=None):
     x = np.random.default_rng(0).normal(size=(n, 2)).astype("float32")
-    y = np.ones((n, 1), "float32") if targets is None else np.asarray(targets, "float32").reshape(n, 1)
+    y = (
+        np.ones((n, 1), "float32")
+        if targets is None
+        else np.asarray(targets, "float32").reshape(n, 1)
+    )
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
 
 
 def fit_regression(model, data, **kwargs):
-    kwargs = {"optimizer": keras.optimizers.SGD(0.1), "loss": keras.losses.MeanSquaredError(),
-              "progress": False} | kwargs
+    kwargs = {
+        "optimizer": keras.optimizers.SGD(0.1),
+        "loss": keras.losses.MeanSquaredError(),
+        "progress": False,
+    } | kwargs
     return fit(model, data, **kwargs)
 
 
 @pytest.mark.parametrize("argument", ["dataset", "validation_data"])
 @pytest.mark.parametrize("length", ["known", "unknown"])
 def test_an_empty_dataset_is_refused_not_reported_as_loss_zero(argument, length):
-    empty = regression_data().take(0) if length == "known" else regression_data().filter(lambda x, y: False)
+    empty = (
+        regression_data().take(0)
+        if length == "known"
+        else regression_data().filter(lambda x, y: False)
+    )
     data = {"dataset": regression_data(), "validation_data": None} | {argument: empty}
-    with pytest.raises(ValueError, match=rf"^{argument}: expected at least one (batch|example per epoch), got "):
+    with pytest.raises(
+        ValueError, match=rf"^{argument}: expected at least one (batch|example per epoch), got "
+    ):
         fit_regression(two_weight_model(), data["dataset"], validation_data=data["validation_data"])
 
 
@@ -539,21 +812,38 @@ def test_nan_in_the_validation_data_stops_naming_it_not_a_silent_nan_val_loss():
     targets = np.ones(8)
     targets[5] = np.nan  # in the second validation batch of 4
     model, reference = two_weight_model(), two_weight_model()
-    with pytest.raises(NonFiniteError, match=r"^val_loss is nan on validation_data at epoch 1, validation step 2: "
-                                             r"check validation_data") as info:
-        fit_regression(model, regression_data(), validation_data=regression_data(targets=targets), epochs=2)
+    with pytest.raises(
+        NonFiniteError,
+        match=r"^val_loss is nan on validation_data at epoch 1, validation step 2: "
+        r"check validation_data",
+    ) as info:
+        fit_regression(
+            model, regression_data(), validation_data=regression_data(targets=targets), epochs=2
+        )
     assert info.value.cause == "val_loss" and (info.value.epoch, info.value.step) == (1, 2)
     assert isinstance(info.value, FloatingPointError) and info.value.history == {}
-    fit_regression(reference, regression_data())  # the message is true: the model keeps epoch 1's weights
+    fit_regression(
+        reference, regression_data()
+    )  # the message is true: the model keeps epoch 1's weights
     assert max_difference(model, reference) == 0.0
 
 
 def test_a_nan_learning_rate_is_refused_up_front_and_never_reaches_the_weights():
-    with pytest.raises(ValueError, match=r"^optimizer: expected a finite learning rate, got SGD with learning_rate nan"):
-        make_train_step(two_weight_model(), optimizer=keras.optimizers.SGD(learning_rate=math.nan),
-                        loss=keras.losses.MeanSquaredError())
+    with pytest.raises(
+        ValueError,
+        match=r"^optimizer: expected a finite learning rate, got SGD with learning_rate nan",
+    ):
+        make_train_step(
+            two_weight_model(),
+            optimizer=keras.optimizers.SGD(learning_rate=math.nan),
+            loss=keras.losses.MeanSquaredError(),
+        )
     with pytest.raises(ValueError, match=r"^optimizer: expected a finite learning rate"):
-        fit_regression(two_weight_model(), regression_data(), optimizer=keras.optimizers.SGD(learning_rate=math.inf))
+        fit_regression(
+            two_weight_model(),
+            regression_data(),
+            optimizer=keras.optimizers.SGD(learning_rate=math.inf),
+        )
 
     # A rate that turns NaN later (set on the variable after the step was made): the step skips the update.
     model, optimizer = two_weight_model(), keras.optimizers.SGD(0.1)
@@ -561,7 +851,11 @@ def test_a_nan_learning_rate_is_refused_up_front_and_never_reaches_the_weights()
     before = model.get_weights()
     optimizer.learning_rate.assign(math.nan)
     out = step(next(iter(regression_data())))
-    assert not bool(out["applied"]) and bool(out["weights_finite"]) and math.isfinite(float(out["loss"]))
+    assert (
+        not bool(out["applied"])
+        and bool(out["weights_finite"])
+        and math.isfinite(float(out["loss"]))
+    )
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
 
 
@@ -574,8 +868,11 @@ class NanAfterFirstStep(keras.optimizers.schedules.LearningRateSchedule):
 
 def test_a_schedule_turning_nan_stops_fit_before_the_update_with_a_true_message():
     model, optimizer = two_weight_model(), keras.optimizers.SGD(NanAfterFirstStep())
-    with pytest.raises(NonFiniteError, match=r"^the learning rate is not finite \(loss [0-9.]+\) at epoch 1, step 2: "
-                                             r"training stopped before applying") as info:
+    with pytest.raises(
+        NonFiniteError,
+        match=r"^the learning rate is not finite \(loss [0-9.]+\) at epoch 1, step 2: "
+        r"training stopped before applying",
+    ) as info:
         fit_regression(model, regression_data(), optimizer=optimizer)
     assert info.value.cause == "learning_rate" and int(optimizer.iterations) == 1
     reference = two_weight_model()
@@ -586,35 +883,63 @@ def test_a_schedule_turning_nan_stops_fit_before_the_update_with_a_true_message(
 def test_an_update_that_makes_the_weights_nan_is_noticed_and_fit_says_so():
     # SGD's momentum check lets NaN through (NaN < 0 is False): the first update turns every weight NaN.
     model = two_weight_model()
-    step = make_train_step(model, optimizer=keras.optimizers.SGD(0.1, momentum=math.nan),
-                           loss=keras.losses.MeanSquaredError())
+    step = make_train_step(
+        model,
+        optimizer=keras.optimizers.SGD(0.1, momentum=math.nan),
+        loss=keras.losses.MeanSquaredError(),
+    )
     out = step(next(iter(regression_data())))
-    assert bool(out["applied"]) and not bool(out["weights_finite"]) and math.isfinite(float(out["loss"]))
+    assert (
+        bool(out["applied"])
+        and not bool(out["weights_finite"])
+        and math.isfinite(float(out["loss"]))
+    )
 
     model = two_weight_model()
-    with pytest.raises(NonFiniteError, match=r"^weights are not finite after the update \(loss [0-9.]+\) at epoch 1, "
-                                             r"step 1: .*the model holds those non-finite weights") as info:
-        fit_regression(model, regression_data(), optimizer=keras.optimizers.SGD(0.1, momentum=math.nan), epochs=2)
+    with pytest.raises(
+        NonFiniteError,
+        match=r"^weights are not finite after the update \(loss [0-9.]+\) at epoch 1, "
+        r"step 1: .*the model holds those non-finite weights",
+    ) as info:
+        fit_regression(
+            model,
+            regression_data(),
+            optimizer=keras.optimizers.SGD(0.1, momentum=math.nan),
+            epochs=2,
+        )
     assert info.value.cause == "weights"
     assert not all(np.isfinite(w).all() for w in model.get_weights())  # what the message says
 
 
 @pytest.mark.parametrize("clip_norm", [1e300, 1e39, 1e-300, math.inf])
 def test_a_clip_norm_float32_cannot_hold_is_refused(clip_norm):
-    with pytest.raises(ValueError, match=r"^clip_norm: expected a finite number (> 0|>= 1.17549e-38)"
-                                         r".* and <= 3.40282e\+38"):
+    with pytest.raises(
+        ValueError,
+        match=r"^clip_norm: expected a finite number (> 0|>= 1.17549e-38)"
+        r".* and <= 3.40282e\+38",
+    ):
         fit_regression(two_weight_model(), regression_data(), clip_norm=clip_norm)
     with pytest.raises(ValueError, match=r"^clip_norm: expected"):
-        make_train_step(two_weight_model(), optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.MeanSquaredError(),
-                        clip_norm=clip_norm)
+        make_train_step(
+            two_weight_model(),
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.MeanSquaredError(),
+            clip_norm=clip_norm,
+        )
 
 
 def test_the_largest_clip_norm_leaves_the_gradients_as_they_are(mixed_float16):
     # Under loss scaling the limit used to be multiplied by the scale (2**15): 3e38 became inf, every
     # gradient NaN, and the loss-scale optimizer skipped every step. Kernel 1, input 0.5: 1 -> 0.95.
     model = one_weight_model()
-    fit(model, constant_data(0.5, steps=1), optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-        loss=keras.losses.MeanSquaredError(), clip_norm=3e38, progress=False)
+    fit(
+        model,
+        constant_data(0.5, steps=1),
+        optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+        loss=keras.losses.MeanSquaredError(),
+        clip_norm=3e38,
+        progress=False,
+    )
     assert float(model.layers[0].kernel.numpy()[0, 0]) == pytest.approx(0.95, abs=1e-7)
 
 
@@ -622,15 +947,24 @@ def test_a_clip_norm_above_the_gradient_norm_changes_nothing_even_near_the_float
     # tf.clip_by_global_norm(g, 3e38) multiplies by 3e38 * (1 / 3e38), and float32 flushes that tiny
     # reciprocal to 0: the gradients used to be zeroed and the weights never moved.
     clipped, unclipped = two_weight_model(), two_weight_model()
-    assert fit_regression(clipped, regression_data(), clip_norm=3e38) == fit_regression(unclipped, regression_data())
-    assert max_difference(clipped, unclipped) == 0.0 and max_difference(clipped, two_weight_model()) > 0.01
+    assert fit_regression(clipped, regression_data(), clip_norm=3e38) == fit_regression(
+        unclipped, regression_data()
+    )
+    assert (
+        max_difference(clipped, unclipped) == 0.0
+        and max_difference(clipped, two_weight_model()) > 0.01
+    )
 
 
 def test_an_empty_log_dir_or_a_file_is_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"^log_dir: expected a non-empty path \(str or os.PathLike\), got str ''"):
+    with pytest.raises(
+        ValueError, match=r"^log_dir: expected a non-empty path \(str or os.PathLike\), got str ''"
+    ):
         fit_regression(two_weight_model(), regression_data(), log_dir="")
     (tmp_path / "a_file").write_text("")
-    with pytest.raises(ValueError, match=r"^log_dir: expected a folder for TensorBoard's files, got PosixPath"):
+    with pytest.raises(
+        ValueError, match=r"^log_dir: expected a folder for TensorBoard's files, got PosixPath"
+    ):
         fit_regression(two_weight_model(), regression_data(), log_dir=tmp_path / "a_file")
 
 
@@ -641,15 +975,26 @@ def test_a_fully_frozen_model_is_refused_before_training(how):
         layer.trainable = False
     frozen = r"^model: expected trainable variables, got none in Functional .*\(is every layer frozen\?\)"
     with pytest.raises(ValueError, match=frozen):
-        fit(model, shapes_dataset(8), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy(), progress=False)
+        fit(
+            model,
+            shapes_dataset(8),
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=crossentropy(),
+            progress=False,
+        )
     with pytest.raises(ValueError, match=frozen):
         make_train_step(model, optimizer=keras.optimizers.SGD(0.1), loss=crossentropy())
 
 
 def test_metrics_whose_names_clash_or_whose_keys_are_not_outputs_are_refused():
     mae = keras.metrics.MeanAbsoluteError
-    for metrics, match in [([mae(name="m"), keras.metrics.MeanSquaredError(name="m")], r"clash on 'm'"),
-                           ([mae(name="loss")], r"clash on 'loss'"),
-                           ({"nope": mae()}, r"^metrics: expected keys of the model's outputs \(none: a single tensor\)")]:
+    for metrics, match in [
+        ([mae(name="m"), keras.metrics.MeanSquaredError(name="m")], r"clash on 'm'"),
+        ([mae(name="loss")], r"clash on 'loss'"),
+        (
+            {"nope": mae()},
+            r"^metrics: expected keys of the model's outputs \(none: a single tensor\)",
+        ),
+    ]:
         with pytest.raises(ValueError, match=match):
             fit_regression(two_weight_model(), regression_data(), metrics=metrics)

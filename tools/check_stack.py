@@ -25,7 +25,9 @@ def differences(stack_file: Path) -> list[str]:
         if python := PYTHON.match(line):
             running = f"{sys.version_info.major}.{sys.version_info.minor}"
             if running != python.group(1):
-                problems.append(f"python: {stack_file.name} names {python.group(1)}, running {running}")
+                problems.append(
+                    f"python: {stack_file.name} names {python.group(1)}, running {running}"
+                )
         elif pin := PIN.match(line):
             name, wanted = pin.groups()
             try:

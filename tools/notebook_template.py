@@ -27,7 +27,7 @@ GITHUB_URL = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+")
 COLAB_PATH = re.compile(r"(colab\.research\.google\.com/github/)[\w.-]+/[\w.-]+")
 #: hide-input: the HTML page shows the cell collapsed (its output, the versions, stays visible).
 SETUP_TAGS = ["hide-input", "nbval-ignore-output"]
-SETUP_CELL = '''\
+SETUP_CELL = """\
 # Setup, the same in every chapter (in Colab it installs the companion first).
 import importlib.util
 import sys
@@ -43,7 +43,7 @@ except ModuleNotFoundError as error:
         "the repository root (it creates .venv) or `pip install -e .`"
     ) from error
 
-info = setup()'''
+info = setup()"""
 
 
 #: The first line of an exercise's solution cell; the HTML toggle then says which exercise it solves.
@@ -56,13 +56,18 @@ def solution_prompts(cell: nbformat.NotebookNode) -> dict[str, str] | None:
     if match is None:
         return None
     number = match.group(1)
-    return {"code_prompt_show": f"Show the solution to exercise {number}",
-            "code_prompt_hide": f"Hide the solution to exercise {number}"}
+    return {
+        "code_prompt_show": f"Show the solution to exercise {number}",
+        "code_prompt_hide": f"Hide the solution to exercise {number}",
+    }
 
 
 def stale_solution_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
-    return [c for c in notebook.cells
-            if (prompts := solution_prompts(c)) and c.metadata.get("mystnb") != prompts]
+    return [
+        c
+        for c in notebook.cells
+        if (prompts := solution_prompts(c)) and c.metadata.get("mystnb") != prompts
+    ]
 
 
 def repository_url() -> str:
@@ -118,11 +123,17 @@ def stamped_doc(text: str) -> str:
     """``text`` with every GitHub repository URL and Colab path pointing at the configured home."""
     url = repository_url()
     text = GITHUB_URL.sub(url, text)
-    return COLAB_PATH.sub(lambda match: match.group(1) + url.removeprefix("https://github.com/"), text)
+    return COLAB_PATH.sub(
+        lambda match: match.group(1) + url.removeprefix("https://github.com/"), text
+    )
 
 
 def stale_docs() -> list[Path]:
-    return [doc for doc in DOCS if stamped_doc(doc.read_text(encoding="utf-8")) != doc.read_text(encoding="utf-8")]
+    return [
+        doc
+        for doc in DOCS
+        if stamped_doc(doc.read_text(encoding="utf-8")) != doc.read_text(encoding="utf-8")
+    ]
 
 
 def new(path: Path, title: str) -> None:
@@ -146,7 +157,9 @@ def new(path: Path, title: str) -> None:
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "check"
     if command == "check":
-        problems = [f"{p.relative_to(ROOT)}: {why}" for p in chapter_notebooks() if (why := problem(p))]
+        problems = [
+            f"{p.relative_to(ROOT)}: {why}" for p in chapter_notebooks() if (why := problem(p))
+        ]
         problems += [f"{d.relative_to(ROOT)}: quotes another repository URL" for d in stale_docs()]
         print("\n".join(problems) or f"setup cell current in {len(chapter_notebooks())} notebooks")
         if problems:

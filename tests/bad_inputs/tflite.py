@@ -34,22 +34,49 @@ def _not_a_saved_model() -> str:
     return tempfile.mkdtemp(prefix="badinput_tflite_empty_")
 
 
-SAVED_MODEL_DIR = Kind("an existing SavedModel directory",
-                       lambda v: isinstance(v, (str, os.PathLike)) and v != "" and os.path.isfile(
-                           os.path.join(v, "saved_model.pb")),
-                       extra_bad=(_missing_dir(), _not_a_saved_model(), __file__))
-MODEL_BYTES = Kind("the bytes of a TFLite model", lambda v: isinstance(v, bytes) and v[4:8] == b"TFL3",
-                   extra_bad=(b"not a model at all",))
-BATCH = Kind("a batch of shape (n, 3) that casts to float32 within its kind",
-             lambda v: isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[1] == 3 and v.dtype.kind == "f",
-             extra_bad=(np.ones((3, 2), "float32"), np.ones((2, 3, 1), "float32"), np.ones(3, "float32"),
-                        np.array([["a", "b", "c"]]), np.ones((2, 3), "complex64")))
+SAVED_MODEL_DIR = Kind(
+    "an existing SavedModel directory",
+    lambda v: (
+        isinstance(v, (str, os.PathLike))
+        and v != ""
+        and os.path.isfile(os.path.join(v, "saved_model.pb"))
+    ),
+    extra_bad=(_missing_dir(), _not_a_saved_model(), __file__),
+)
+MODEL_BYTES = Kind(
+    "the bytes of a TFLite model",
+    lambda v: isinstance(v, bytes) and v[4:8] == b"TFL3",
+    extra_bad=(b"not a model at all",),
+)
+BATCH = Kind(
+    "a batch of shape (n, 3) that casts to float32 within its kind",
+    lambda v: isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[1] == 3 and v.dtype.kind == "f",
+    extra_bad=(
+        np.ones((3, 2), "float32"),
+        np.ones((2, 3, 1), "float32"),
+        np.ones(3, "float32"),
+        np.array([["a", "b", "c"]]),
+        np.ones((2, 3), "complex64"),
+    ),
+)
 
 CASES = [
-    Case("convert", convert, lambda: {"saved_model_dir": _saved_model(), "select_tf_ops": False, "custom_ops": False},
-         {"saved_model_dir": SAVED_MODEL_DIR, "select_tf_ops": Bool(), "custom_ops": Bool()}),
-    Case("refused_ops", refused_ops, {"error": ValueError("x")},
-         {"error": Instance(BaseException, what="an exception")}),
-    Case("run", run, lambda: {"model_bytes": _model_bytes(), "inputs": np.ones((2, 3), "float32")},
-         {"model_bytes": MODEL_BYTES, "inputs": BATCH}),
+    Case(
+        "convert",
+        convert,
+        lambda: {"saved_model_dir": _saved_model(), "select_tf_ops": False, "custom_ops": False},
+        {"saved_model_dir": SAVED_MODEL_DIR, "select_tf_ops": Bool(), "custom_ops": Bool()},
+    ),
+    Case(
+        "refused_ops",
+        refused_ops,
+        {"error": ValueError("x")},
+        {"error": Instance(BaseException, what="an exception")},
+    ),
+    Case(
+        "run",
+        run,
+        lambda: {"model_bytes": _model_bytes(), "inputs": np.ones((2, 3), "float32")},
+        {"model_bytes": MODEL_BYTES, "inputs": BATCH},
+    ),
 ]

@@ -50,74 +50,175 @@ def model_kind(*, unbuilt_ok: bool = False, frozen_ok: bool = False) -> Kind:
 DATASET = Kind(
     "a finite, non-empty tf.data.Dataset of (inputs, targets) pairs",
     lambda v: isinstance(v, tf.data.Dataset),
-    extra_bad=(tf.data.Dataset.from_tensor_slices(X).batch(2),  # no targets
-               tf.data.Dataset.from_tensor_slices((X, Y, Y)).batch(2),  # triples
-               pairs().repeat(),  # infinite
-               pairs().take(0),  # empty
-               pairs(np.ones((4, 3), "float32"))),  # inputs the model does not take
+    extra_bad=(
+        tf.data.Dataset.from_tensor_slices(X).batch(2),  # no targets
+        tf.data.Dataset.from_tensor_slices((X, Y, Y)).batch(2),  # triples
+        pairs().repeat(),  # infinite
+        pairs().take(0),  # empty
+        pairs(np.ones((4, 3), "float32")),
+    ),  # inputs the model does not take
 )
-OPTIMIZER = Kind("a Keras optimizer with a finite learning rate",
-                 lambda v: isinstance(v, keras.optimizers.Optimizer),
-                 extra_bad=(keras.optimizers.SGD(learning_rate=math.nan), keras.optimizers.SGD(learning_rate=math.inf)))
+OPTIMIZER = Kind(
+    "a Keras optimizer with a finite learning rate",
+    lambda v: isinstance(v, keras.optimizers.Optimizer),
+    extra_bad=(
+        keras.optimizers.SGD(learning_rate=math.nan),
+        keras.optimizers.SGD(learning_rate=math.inf),
+    ),
+)
 LOSS = Kind("a callable loss(y_true, y_pred)", callable, extra_bad=(lambda y: y, lambda: 0.0))
 
 
 def _is_metric_list(value):
-    return isinstance(value, (list, tuple)) and all(isinstance(m, keras.metrics.Metric) for m in value)
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(m, keras.metrics.Metric) for m in value
+    )
 
 
 METRICS = Kind(
     "a list of Keras metrics with distinct names (or a mapping from output key to metrics)",
     lambda v: _is_metric_list(v) or (isinstance(v, Mapping) and not v),
-    extra_bad=([keras.metrics.MeanAbsoluteError(name="m"), keras.metrics.MeanSquaredError(name="m")],  # twice "m"
-               [keras.metrics.MeanAbsoluteError(name="loss")],  # the loss's own name
-               {"no_such_output": keras.metrics.MeanAbsoluteError()}),  # a key the outputs lack
+    extra_bad=(
+        [
+            keras.metrics.MeanAbsoluteError(name="m"),
+            keras.metrics.MeanSquaredError(name="m"),
+        ],  # twice "m"
+        [keras.metrics.MeanAbsoluteError(name="loss")],  # the loss's own name
+        {"no_such_output": keras.metrics.MeanAbsoluteError()},
+    ),  # a key the outputs lack
 )
-CLIP_NORM = Kind("None or a number > 0 that float32 holds (not 0)",
-                 lambda v: v is None or Real(above=0, maximum=3.4e38).accepts(v), extra_bad=(1e-300, 1e39))
+CLIP_NORM = Kind(
+    "None or a number > 0 that float32 holds (not 0)",
+    lambda v: v is None or Real(above=0, maximum=3.4e38).accepts(v),
+    extra_bad=(1e-300, 1e39),
+)
 STRATEGY = Instance(tf.distribute.Strategy, what="a tf.distribute.Strategy").or_none()
-LOG_DIR = Kind("None or a non-empty path of a folder", lambda v: v is None or (isinstance(v, str) and v != ""),
-               extra_bad=(_FILE,))
-ON_EPOCH_END = Kind("None or a callable(epoch, logs)", lambda v: v is None or callable(v), extra_bad=(lambda: None,))
-ELEMENT_SPEC = Kind("None or a dataset's element_spec of (inputs, targets)", lambda v: v is None,
-                    extra_bad=(tf.TensorSpec((None, 2)), (1, 2), (tf.TensorSpec((None, 2)),)))
+LOG_DIR = Kind(
+    "None or a non-empty path of a folder",
+    lambda v: v is None or (isinstance(v, str) and v != ""),
+    extra_bad=(_FILE,),
+)
+ON_EPOCH_END = Kind(
+    "None or a callable(epoch, logs)", lambda v: v is None or callable(v), extra_bad=(lambda: None,)
+)
+ELEMENT_SPEC = Kind(
+    "None or a dataset's element_spec of (inputs, targets)",
+    lambda v: v is None,
+    extra_bad=(tf.TensorSpec((None, 2)), (1, 2), (tf.TensorSpec((None, 2)),)),
+)
 
 
 def fit_arguments():
-    return {"model": tiny_model(), "dataset": pairs(), "optimizer": keras.optimizers.SGD(0.1),
-            "loss": keras.losses.MeanSquaredError(), "epochs": 1, "metrics": [], "validation_data": None,
-            "clip_norm": None, "strategy": None, "log_dir": None, "progress": False, "on_epoch_end": None}
+    return {
+        "model": tiny_model(),
+        "dataset": pairs(),
+        "optimizer": keras.optimizers.SGD(0.1),
+        "loss": keras.losses.MeanSquaredError(),
+        "epochs": 1,
+        "metrics": [],
+        "validation_data": None,
+        "clip_norm": None,
+        "strategy": None,
+        "log_dir": None,
+        "progress": False,
+        "on_epoch_end": None,
+    }
 
 
 def step_arguments():
-    return {"model": tiny_model(), "optimizer": keras.optimizers.SGD(0.1), "loss": keras.losses.MeanSquaredError(),
-            "metrics": [], "clip_norm": None, "strategy": None, "element_spec": None}
+    return {
+        "model": tiny_model(),
+        "optimizer": keras.optimizers.SGD(0.1),
+        "loss": keras.losses.MeanSquaredError(),
+        "metrics": [],
+        "clip_norm": None,
+        "strategy": None,
+        "element_spec": None,
+    }
 
 
 def eval_arguments():
-    return {"model": tiny_model(), "loss": keras.losses.MeanSquaredError(), "metrics": [], "strategy": None,
-            "element_spec": None}
+    return {
+        "model": tiny_model(),
+        "loss": keras.losses.MeanSquaredError(),
+        "metrics": [],
+        "strategy": None,
+        "element_spec": None,
+    }
 
 
-HISTORY = Kind("a dict from str to lists of numbers",
-               lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, list)
-                                                     and all(_is_real(e) for e in x) for k, x in v.items()))
-CAUSE = Kind("None or a cause", lambda v: v is None or Str(*NonFiniteError.CAUSES).accepts(v),
-             extra_bad=("not-a-cause",))
+HISTORY = Kind(
+    "a dict from str to lists of numbers",
+    lambda v: (
+        isinstance(v, dict)
+        and all(
+            isinstance(k, str) and isinstance(x, list) and all(_is_real(e) for e in x)
+            for k, x in v.items()
+        )
+    ),
+)
+CAUSE = Kind(
+    "None or a cause",
+    lambda v: v is None or Str(*NonFiniteError.CAUSES).accepts(v),
+    extra_bad=("not-a-cause",),
+)
 
 CASES = [
-    Case("fit", fit, fit_arguments,
-         {"model": model_kind(unbuilt_ok=True), "dataset": DATASET, "optimizer": OPTIMIZER, "loss": LOSS,
-          "epochs": Int(1, MAX_EPOCHS), "metrics": METRICS, "validation_data": DATASET.or_none(),
-          "clip_norm": CLIP_NORM, "strategy": STRATEGY, "log_dir": LOG_DIR, "progress": Bool(),
-          "on_epoch_end": ON_EPOCH_END}),
-    Case("make_train_step", make_train_step, step_arguments,
-         {"model": model_kind(), "optimizer": OPTIMIZER, "loss": LOSS, "metrics": METRICS, "clip_norm": CLIP_NORM,
-          "strategy": STRATEGY, "element_spec": ELEMENT_SPEC}),
-    Case("make_eval_step", make_eval_step, eval_arguments,
-         {"model": model_kind(frozen_ok=True), "loss": LOSS, "metrics": METRICS, "strategy": STRATEGY,
-          "element_spec": ELEMENT_SPEC}),
-    Case("NonFiniteError", NonFiniteError, {"epoch": 1, "step": 1, "loss": math.nan, "history": {}, "cause": None},
-         {"epoch": Int(1), "step": Int(1), "loss": Kind("a number (NaN and inf too)", _is_real),
-          "history": HISTORY, "cause": CAUSE}),
+    Case(
+        "fit",
+        fit,
+        fit_arguments,
+        {
+            "model": model_kind(unbuilt_ok=True),
+            "dataset": DATASET,
+            "optimizer": OPTIMIZER,
+            "loss": LOSS,
+            "epochs": Int(1, MAX_EPOCHS),
+            "metrics": METRICS,
+            "validation_data": DATASET.or_none(),
+            "clip_norm": CLIP_NORM,
+            "strategy": STRATEGY,
+            "log_dir": LOG_DIR,
+            "progress": Bool(),
+            "on_epoch_end": ON_EPOCH_END,
+        },
+    ),
+    Case(
+        "make_train_step",
+        make_train_step,
+        step_arguments,
+        {
+            "model": model_kind(),
+            "optimizer": OPTIMIZER,
+            "loss": LOSS,
+            "metrics": METRICS,
+            "clip_norm": CLIP_NORM,
+            "strategy": STRATEGY,
+            "element_spec": ELEMENT_SPEC,
+        },
+    ),
+    Case(
+        "make_eval_step",
+        make_eval_step,
+        eval_arguments,
+        {
+            "model": model_kind(frozen_ok=True),
+            "loss": LOSS,
+            "metrics": METRICS,
+            "strategy": STRATEGY,
+            "element_spec": ELEMENT_SPEC,
+        },
+    ),
+    Case(
+        "NonFiniteError",
+        NonFiniteError,
+        {"epoch": 1, "step": 1, "loss": math.nan, "history": {}, "cause": None},
+        {
+            "epoch": Int(1),
+            "step": Int(1),
+            "loss": Kind("a number (NaN and inf too)", _is_real),
+            "history": HISTORY,
+            "cause": CAUSE,
+        },
+    ),
 ]
