@@ -235,7 +235,10 @@ def outcome(case: Case, argument: str, value: Any) -> tuple[str, str]:
 
 
 class _TimeLimit(BaseException):
-    """Raised by report()'s alarm in a call that runs too long (BaseException: no except catches it)."""
+    """Raised by report()'s alarm in a call that runs too long.
+
+    A BaseException, so that no `except Exception` in the code under test catches it.
+    """
 
 
 def _time_limit(signum: int, frame: Any) -> None:
@@ -263,7 +266,10 @@ def exemptions() -> dict[str, dict[str, str]]:
 
 
 def report(seconds: int = 10) -> None:
-    """Print the share of each outcome per module (no asserts); a call gets ``seconds`` to finish."""
+    """Print the share of each outcome per module (no asserts).
+
+    Each call gets ``seconds`` to finish.
+    """
     import signal
 
     signal.signal(signal.SIGALRM, _time_limit)
@@ -280,12 +286,12 @@ def report(seconds: int = 10) -> None:
                     counts[result] += 1
                     if result != CLEAN and "-v" in sys.argv:
                         print(
-                            f"  {module}.{case.name}({argument}={value!r:.40}): {result}: {detail[:120]}"
+                            f"  {module}.{case.name}({argument}={value!r:.40}): "
+                            f"{result}: {detail[:120]}"
                         )
         totals.update(counts)
-        print(
-            f"{module:14} {sum(counts.values()):5} calls, {counts[CLEAN] / max(1, sum(counts.values())):6.1%} clean"
-        )
+        calls = sum(counts.values())
+        print(f"{module:14} {calls:5} calls, {counts[CLEAN] / max(1, calls):6.1%} clean")
     total = sum(totals.values())
     print(
         f"{'all':14} {total:5} calls: " + ", ".join(f"{totals[k] / total:.1%} {k}" for k in kinds)

@@ -9,9 +9,9 @@ import pkgutil
 from importlib import import_module
 
 import pytest
+from badinput import CLEAN, exemptions, load_tables, outcome
 
 import companion
-from badinput import CLEAN, exemptions, load_tables, outcome
 
 TABLES = load_tables()
 EXEMPT = exemptions()

@@ -102,10 +102,11 @@ def test_every_exercise_has_a_difficulty_and_a_hidden_tested_solution(path):
     assert sorted(solutions) == sorted(number for number, _ in items)
 
 
-#: What an output-checked cell must not show, as it changes with the machine or its load: a time
-#: (``2.01 ms``, ``examples/s``), and a rounding-level figure printed as ``1.2e-07`` (one decimal, an
-#: exponent of -5 or below: a measured difference near a dtype's epsilon, which another CPU rounds
-#: differently). Print the verdict of the bound instead (``within 2 eps: True``).
+#: What an output-checked cell must not show, as it changes with the machine or its load: a
+#: time (``2.01 ms``, ``examples/s``), and a rounding-level figure printed as ``1.2e-07`` (one
+#: decimal, an exponent of -5 or below: a measured difference near a dtype's epsilon, which
+#: another CPU rounds differently). Print the verdict of the bound instead (``within 2 eps:
+#: True``).
 TIMING_CALL = re.compile(r"\b(perf_counter|time_call|timeit)\(")
 TIMING_FIGURE = re.compile(r"\d(\.\d+)? ?(ms|µs|us|ns)\b|examples/s\b")
 ROUNDING_FIGURE = re.compile(r"(?<![\d.])\d\.\de-(0[5-9]|[1-9]\d)\b")

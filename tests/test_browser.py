@@ -6,6 +6,7 @@ layout, every output block, code block and table of the article: a block whose b
 the text column scrolls sideways, and the part off the side is what a reader cannot see.
 """
 
+import contextlib
 import functools
 import html
 import http.server
@@ -33,12 +34,17 @@ window.addEventListener("load", () => {
     const where = el.closest("section");
     const section = where ? where.id : "";
     if (el.tagName === "IMG") {
-      if (!el.complete || el.naturalWidth === 0) found.push({section, what: "image not loaded: " + el.src});
+      const broken = !el.complete || el.naturalWidth === 0;
+      if (broken) found.push({section, what: "image not loaded: " + el.src});
       continue;
     }
     const box = el.closest(".pst-scrollable-table-container") || el;
-    const over = box.scrollWidth - box.clientWidth;
-    if (over > 1) found.push({section, what: `${el.tagName} ${over} px too wide: ` + el.innerText.trim().split("\\n")[0].slice(0, 60)});
+    // Scrolls inside its box, or (a box that grows with its content) sticks out of the article.
+    const column = el.closest("article").getBoundingClientRect().right;
+    const sticksOut = box.getBoundingClientRect().right - column;
+    const over = Math.max(box.scrollWidth - box.clientWidth, sticksOut);
+    const first = el.innerText.trim().split("\\n")[0].slice(0, 60);
+    if (over > 1) found.push({section, what: `${el.tagName} ${over} px too wide: ${first}`});
   }
   document.body.setAttribute("data-probe", JSON.stringify(found));
 });
@@ -77,15 +83,24 @@ class _Body:
         pass
 
 
+@contextlib.contextmanager
+def serving(directory):
+    """An HTTP server on a free port of 127.0.0.1 for `directory`; yields its URL."""
+    handler = functools.partial(_ProbingHandler, directory=str(directory))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        finally:
+            httpd.shutdown()
+
+
 @pytest.fixture(scope="module")
 def server():
     if not (HTML / "index.html").exists():
         pytest.fail(f"no book under {HTML}: run `make book` (make test does) first")
-    handler = functools.partial(_ProbingHandler, directory=str(HTML))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-        httpd.shutdown()
+    with serving(HTML) as url:
+        yield url
 
 
 def probe(url):
@@ -112,3 +127,18 @@ def test_page_fits_the_column_and_its_figures_load(server, page):
     assert not found, f"{page} at {WINDOW}:\n" + "\n".join(
         f"  #{f['section']}: {f['what']}" for f in found
     )
+
+
+def test_probe_finds_a_wide_output_a_wide_table_and_a_missing_figure(tmp_path):
+    wide = "x" * 400
+    (tmp_path / "page.html").write_text(
+        "<html><body><article><section id='s'>"
+        f"<div class='cell_output'><pre>fits</pre><pre>{wide}</pre></div>"
+        f"<table><tr><td>{wide}</td></tr></table>"
+        "<img src='missing.png'></section></article></body></html>"
+    )
+    with serving(tmp_path) as url:
+        found = probe(f"{url}/page.html")
+    kinds = sorted(f["what"].split()[0] for f in found)
+    assert kinds == ["PRE", "TABLE", "image"], found
+    assert all(f["section"] == "s" for f in found)

@@ -1,8 +1,8 @@
 """The setup cell that opens every chapter, kept in one place and stamped into notebooks
 (with the toggle labels of the exercise solutions, "Show the solution to exercise N").
 
-    python tools/notebook_template.py check            # exit 1 if any notebook's setup cell is stale
-    python tools/notebook_template.py stamp [NB...]    # rewrite the setup cell of every (or these) notebook(s)
+    python tools/notebook_template.py check          # exit 1 if a setup cell is stale
+    python tools/notebook_template.py stamp [NB...]  # rewrite every (or these) setup cell(s)
     python tools/notebook_template.py new book/NN_name.ipynb "Title"   # start a new chapter
 
 The repository URL comes from ``_config.yml`` (``repository.url``): change that one line,
@@ -46,7 +46,8 @@ except ModuleNotFoundError as error:
 info = setup()"""
 
 
-#: The first line of an exercise's solution cell; the HTML toggle then says which exercise it solves.
+#: The first line of an exercise's solution cell; the HTML toggle then says which exercise it
+#: solves.
 SOLUTION = re.compile(r"# Solution to exercise (\d+)")
 
 
