@@ -42,7 +42,7 @@ help:
 	@echo "make unit        unit tests and docstring examples only"
 	@echo "make notebooks   every notebook under nbval only"
 	@echo "make check NB=book/07_custom_training_loops.ipynb"
-	@echo "                 one chapter: its notebook, its module's tests (not the slow ones), doctests"
+	@echo "                 one chapter: lint, its notebook, its module's tests (not the slow ones), doctests"
 	@echo "make bench       the headline benchmarks: a table, and _build/bench.json"
 	@echo "make kernels     compile chapter 11's C++ op into the per-user cache (needs g++)"
 	@echo "make execute     re-run every notebook in place, storing the outputs nbval sees (NB=... for one)"
@@ -87,6 +87,7 @@ notebooks: $(INSTALLED) kernels
 # The loop for working on one chapter: about 1.5 min for chapter 7 (README.md has the times).
 check: $(INSTALLED) kernels
 	@test -f "$(NB)" || { echo "usage: make check NB=book/07_custom_training_loops.ipynb" >&2; exit 2; }
+	$(BIN)/ruff check $(NB) $(CHAPTER_TESTS)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow" --doctest-modules \
 	  $(PYTEST_NOTEBOOK_FLAGS) $(NB) $(CHAPTER_TESTS)
 
