@@ -46,7 +46,7 @@ _REGULARIZER = (
 
 
 def _keras_object(module: Any, value: Any, name: str, what: str, *, allow_none: bool = True) -> Any:
-    """``module.get(value)`` (``module`` is ``keras.activations``, ``.initializers`` or ``.regularizers``).
+    """``module.get(value)`` for ``keras.activations``, ``.initializers`` or ``.regularizers``.
 
     Keras's own error ("Could not interpret initializer identifier: 3") does not say which
     argument held the value; this one does, and keeps Keras's on its next line: for a config
@@ -78,12 +78,13 @@ def _regularizer(value: Any, name: str) -> Any:
     return _keras_object(keras.regularizers, value, name, _REGULARIZER)
 
 
-#: Spreads a seeded initializer's seed over a composite layer's sublayers (see ``fresh_initializer``).
+#: Spreads a seeded initializer's seed over a composite layer's sublayers
+#: (see ``fresh_initializer``).
 _SEED_STRIDE = 1_000_003
 
 
 def fresh_initializer(initializer: Any, index: int = 0) -> Any:
-    """A new initializer for sublayer number ``index`` of a composite layer, made from ``initializer``.
+    """A new initializer, made from ``initializer``, for sublayer ``index`` of a composite layer.
 
     In Keras 3 an initializer instance fixes its seed when it is created (an unseeded one draws
     a random seed then), so one instance shared by several same-shaped sublayers gives them
@@ -114,7 +115,7 @@ def fresh_initializer(initializer: Any, index: int = 0) -> Any:
     Example:
         >>> import numpy as np
         >>> shared = keras.initializers.GlorotUniform()
-        >>> bool(np.array_equal(shared((3, 3)), shared((3, 3))))        # same seed every call
+        >>> bool(np.array_equal(shared((3, 3)), shared((3, 3))))  # same seed every call
         True
         >>> a, b = fresh_initializer(shared, 0), fresh_initializer(shared, 1)
         >>> bool(np.array_equal(a((3, 3)), b((3, 3))))
@@ -255,15 +256,16 @@ class AdditiveGaussianNoise(keras.layers.Layer):
     Raises:
         TypeError: If ``stddev`` is not a real number or ``seed`` is not an int or None; at call
             time, if ``training`` is not a bool or None.
-        ValueError: If ``stddev`` is negative or beyond the compute dtype, or ``seed`` is out of range.
+        ValueError: If ``stddev`` is negative or beyond the compute dtype, or ``seed`` is out of
+            range.
 
     Example:
         >>> import numpy as np
         >>> noise = AdditiveGaussianNoise(0.5, seed=1)
         >>> x = np.zeros((2, 3), "float32")
-        >>> bool((noise(x) == x).numpy().all())            # inference: identity
+        >>> bool((noise(x) == x).numpy().all())  # inference: identity
         True
-        >>> bool((noise(x, training=True) == x).numpy().any())   # training: noisy
+        >>> bool((noise(x, training=True) == x).numpy().any())  # training: noisy
         False
     """
 
@@ -359,7 +361,7 @@ class ResidualBlock(keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     def _dense_args(self, index: int) -> dict[str, Any]:
-        """Initializer and regularizer arguments for sublayer number ``index`` (its own initializer)."""
+        """Initializer and regularizer arguments for sublayer ``index`` (its own initializer)."""
         return dict(
             kernel_initializer=fresh_initializer(self.kernel_initializer, index),
             kernel_regularizer=self.kernel_regularizer,

@@ -34,14 +34,15 @@ Axis = int | Sequence[int] | None
 
 
 def _check_axis(axis: Axis, rank: int | None) -> Axis:
-    """Validate a reduction axis (None, an int or a non-empty list of distinct ints) against ``rank``."""
+    """Check a reduction axis (None, an int or a non-empty list of distinct ints) for ``rank``."""
     what = "None, an int or a non-empty list of distinct ints"
     if axis is None:
         return None
     axes = [axis] if is_int(axis) else check_sequence(axis, "axis", what, item=check_int)
     if rank is not None and any(not -rank <= a < rank for a in axes):
         raise ValueError(
-            f"axis: expected values in [{-rank}, {rank}) for a rank-{rank} input, got {describe(axis)}"
+            f"axis: expected values in [{-rank}, {rank}) for a rank-{rank} input, "
+            f"got {describe(axis)}"
         )
     distinct = {a % rank for a in axes} if rank else set(axes)
     if len(distinct) != len(axes):
@@ -70,7 +71,7 @@ def _bool_tensor(mask: Any, like: tf.Tensor) -> tf.Tensor:
 
 
 def _is_tensor_like(value: Any) -> bool:
-    """A TensorFlow tensor or variable, or a Keras 3 ``keras.Variable`` (what ``add_weight`` returns)."""
+    """A TensorFlow tensor or variable, or a ``keras.Variable`` (what ``add_weight`` returns)."""
     import keras
 
     return tf.is_tensor(value) or isinstance(value, (tf.Variable, keras.Variable))
@@ -152,7 +153,7 @@ def softplus(x: Any) -> tf.Tensor:
 
 
 def mish(x: Any) -> tf.Tensor:
-    """Mish activation ``x * tanh(softplus(x))`` (Misra, 2019), built on the stable :func:`softplus`.
+    """Mish activation ``x * tanh(softplus(x))`` (Misra, 2019), on the stable :func:`softplus`.
 
     Args:
         x: Floating-point tensor.

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import check_int, check_real, describe, float_tensor
+from companion._checks import check_real, describe, float_tensor, is_int
 
 #: OpenCV's fixed kernels for ``sigma <= 0`` and small odd sizes (numerators; divide by sum).
 #: Sizes 3, 5 and 7 are binomial-like, 9 a rounded Gaussian (OpenCV 4.12 and 5.0 both have it).
@@ -38,11 +38,16 @@ MAX_KSIZE = 2**15 - 1
 
 
 def check_ksize(ksize: object) -> int:
-    """Return ``ksize`` as an int if it is an odd int in ``[1, MAX_KSIZE]`` (a Gaussian kernel's length)."""
-    ksize = check_int(ksize, "ksize", minimum=1, maximum=MAX_KSIZE)
-    if ksize % 2 == 0:
-        raise ValueError(f"ksize: expected an odd int >= 1, got {describe(ksize)}")
-    return ksize
+    """Return ``ksize`` as an int if it is an odd int in ``[1, MAX_KSIZE]`` (a kernel's length).
+
+    Every bad value gets the same message, which states the whole rule.
+    """
+    what = f"an odd int >= 1 and <= {MAX_KSIZE}"
+    if not is_int(ksize):
+        raise TypeError(f"ksize: expected {what}, got {describe(ksize)}")
+    if not (1 <= ksize <= MAX_KSIZE and ksize % 2 == 1):
+        raise ValueError(f"ksize: expected {what}, got {describe(ksize)}")
+    return int(ksize)
 
 
 def check_sigma(sigma: object) -> float:
@@ -254,7 +259,7 @@ _separable_blur_xla = tf.function(_separable_blur, jit_compile=True)
 
 
 def _float_images(images: Any, name: str, ksize: int) -> tf.Tensor:
-    """``images`` as a float tensor of rank 3 or 4 whose sides reflect padding for ``ksize`` takes."""
+    """``images`` as a float tensor of rank 3 or 4, big enough to reflect-pad for ``ksize``."""
     images = float_tensor(images, name)
     if images.shape.rank not in (3, 4):
         raise ValueError(
@@ -272,8 +277,9 @@ def native_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
     """Gaussian blur in pure TensorFlow, equal to ``cv2.GaussianBlur`` including the borders.
 
     Two 1-D passes (along width, then height) with OpenCV's kernel (``gaussian_kernel``)
-    after reflect padding (``BORDER_REFLECT_101``), as shifted weighted sums compiled with XLA. Differentiable, runs
-    on CPU and GPU, and saves/exports/converts to TFLite like any TensorFlow op.
+    after reflect padding (``BORDER_REFLECT_101``), as shifted weighted sums compiled with XLA.
+    Differentiable, runs on CPU and GPU, and saves/exports/converts to TFLite like any
+    TensorFlow op.
 
     Args:
         images: Float tensor or array ``(H, W, C)`` or a batch ``(N, H, W, C)``; height and

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from companion.pyfunc import (
     GaussianBlur,
+    check_ksize,
     cv2_blur,
     gaussian_kernel,
     native_blur,
@@ -134,7 +135,8 @@ def test_bare_py_function_around_opencv_reports_a_scalar_zero_gradient(random_im
     assert gradient is not None and gradient.shape.rank == 0 and float(gradient) == 0.0
 
 
-# Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back as a list.
+# Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back
+# as a list.
 @pytest.mark.filterwarnings("ignore:The structure of `inputs` doesn't match:UserWarning")
 def test_gaussian_blur_layer_matches_opencv_and_round_trips(tmp_path, random_images, opencv_blur):
     images = random_images((2, 16, 16, 3))
@@ -165,7 +167,7 @@ def test_gaussian_blur_layer_is_differentiable(random_images):
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        ({"ksize": 4}, ValueError, "ksize: expected an odd int >= 1, got int 4"),
+        ({"ksize": 4}, ValueError, "ksize: expected an odd int >= 1 and <= 32767, got int 4"),
         ({"ksize": 0}, ValueError, "ksize"),
         ({"ksize": -3}, ValueError, "ksize"),
         ({"ksize": 5.0}, TypeError, "ksize"),
@@ -222,7 +224,7 @@ def test_bad_images(random_images):
 
 
 def _blur_in(how, fn, images):
-    """``fn(images)`` eagerly, in a tf.function whose batch size is unknown, or compiled with XLA."""
+    """``fn(images)`` eagerly, in a tf.function with an unknown batch size, or XLA-compiled."""
     if how == "eager":
         return fn(images)
     signature = [tf.TensorSpec([None, *images.shape[1:]], images.dtype)]
@@ -275,12 +277,19 @@ def test_reflect_padding_by_slices_still_equals_opencv_at_the_smallest_sizes(
     )
 
 
-def test_ksize_has_a_maximum_checked_before_the_kernel_is_made():
-    # gaussian_kernel(10**12 + 1) used to ask NumPy for 8 TB.
-    with pytest.raises(
-        ValueError, match=r"^ksize: expected an int >= 1 and <= 32767, got int 1000000000001$"
-    ):
-        gaussian_kernel(10**12 + 1)
+KSIZE_RULE = "ksize: expected an odd int >= 1 and <= 32767, got "
+
+
+@pytest.mark.parametrize("ksize", [0, 4, 32769, 10**12 + 1])
+def test_every_bad_ksize_gets_the_whole_rule(ksize):
+    # gaussian_kernel(10**12 + 1) used to ask NumPy for 8 TB: the check comes first.
+    with pytest.raises(ValueError, match=rf"^{KSIZE_RULE}int {ksize}$"):
+        gaussian_kernel(ksize)
+    with pytest.raises(TypeError, match=rf"^{KSIZE_RULE}float {ksize}\.0$"):
+        check_ksize(float(ksize))
+
+
+def test_the_largest_ksize_makes_a_kernel():
     assert gaussian_kernel(32767).shape == (32767,)
 
 

@@ -1,4 +1,4 @@
-"""Bad inputs for ``companion.layers``: constructor arguments, and what the noise layer is called with."""
+"""Bad inputs for ``companion.layers``: constructor arguments, and what the noise layer gets."""
 
 import keras
 import numpy as np
@@ -13,7 +13,7 @@ SEED = Int(0, 2**32 - 1).or_none()
 
 
 def _keras_kind(module, what, *, none=False):
-    """What ``module.get`` resolves (a name, config dict, instance or callable); ``None`` when ``none``."""
+    """What ``module.get`` resolves (a name, config, instance or callable); ``None`` if ``none``."""
 
     def accepts(value):
         if value is None:
