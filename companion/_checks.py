@@ -1,4 +1,5 @@
-"""Argument checks shared by every companion module: one rule per kind of argument, one message form.
+"""Argument checks shared by every companion module: one rule per kind of argument, one
+message form.
 
 Every message reads ``"<argument>: expected <what>, got <type> <value>"``, so a user sees which
 argument was wrong, what it should have been and what arrived. Integers may be Python or NumPy
@@ -183,7 +184,10 @@ def check_seed(value: Any, name: str = "seed", *, allow_none: bool = False) -> i
 
 
 def check_instance(value: Any, name: str, types: type | tuple[type, ...], what: str) -> Any:
-    """Return ``value`` if it is an instance of ``types``; else TypeError ``"<name>: expected <what>, ..."``."""
+    """Return ``value`` if it is an instance of ``types``.
+
+    Else TypeError ``"<name>: expected <what>, ..."``.
+    """
     if not isinstance(value, types):
         raise TypeError(f"{name}: expected {what}, got {describe(value)}")
     return value
@@ -197,7 +201,7 @@ def check_callable(value: Any, name: str, what: str = "a callable") -> Any:
 
 
 def check_str(value: Any, name: str, what: str = "a non-empty str") -> str:
-    """Return ``value`` if it is a non-empty ``str`` (an empty name or path is a slip, not a default)."""
+    """Return ``value`` if it is a non-empty ``str`` (an empty name or path is a slip)."""
     if not isinstance(value, str):
         raise TypeError(f"{name}: expected {what}, got {describe(value)}")
     if not value:
@@ -206,7 +210,10 @@ def check_str(value: Any, name: str, what: str = "a non-empty str") -> str:
 
 
 def check_path(value: Any, name: str) -> Any:
-    """Return ``value`` as a ``pathlib.Path``: a non-empty ``str`` or ``os.PathLike`` (``''`` is no folder)."""
+    """Return ``value`` as a ``pathlib.Path``: a non-empty ``str`` or ``os.PathLike``.
+
+    ``''`` is no folder, so it is refused.
+    """
     import os
     from pathlib import Path
 
@@ -220,7 +227,10 @@ def check_path(value: Any, name: str) -> Any:
 
 
 def check_choice(value: Any, name: str, choices: Sequence[Any]) -> Any:
-    """Return ``value`` if it equals one of ``choices`` (of the same type); else ValueError listing them."""
+    """Return ``value`` if it equals one of ``choices`` (of the same type).
+
+    Else a ValueError listing them.
+    """
     for choice in choices:
         if type(value) is type(choice) and value == choice:
             return value

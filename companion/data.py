@@ -63,7 +63,8 @@ def _check_memory(n: int, image_size: int, meta_dim: int) -> None:
     largest = MAX_BYTES // (4 * (3 * image_size**2 + meta_dim))
     if n > largest:
         raise ValueError(
-            f"n: expected an int >= 1 and <= {largest} for image_size={image_size}, meta_dim={meta_dim}"
+            f"n: expected an int >= 1 and <= {largest} for image_size={image_size}, "
+            f"meta_dim={meta_dim}"
             f" (at most {MAX_BYTES // 2**30} GiB of float32 arrays), got {describe(n)}"
         )
 
@@ -83,7 +84,8 @@ def make_shapes(
             ``MAX_BYTES`` (4 GiB).
         image_size: Height and width of the square images in pixels, in ``[16, MAX_IMAGE_SIZE]``.
         meta_dim: Length of the metadata vector, in ``[1, MAX_META_DIM]``.
-        seed: Seed of the NumPy generator, in ``[0, 2**32 - 1]``; the same seed gives the same arrays.
+        seed: Seed of the NumPy generator, in ``[0, 2**32 - 1]``; the same seed gives the
+            same arrays.
 
     Returns:
         ``((images, meta), labels)``: images ``float32`` of shape ``(n, image_size,

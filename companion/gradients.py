@@ -78,7 +78,10 @@ def _bound(value: Any, name: str, x: tf.Tensor) -> tf.Tensor:
 
 
 def _check_order(low: tf.Tensor, high: tf.Tensor, clip_min: Any, clip_max: Any) -> None:
-    """``low < high`` element-wise: checked now if the values are known, else by an op that runs first."""
+    """``low < high`` element-wise: checked now if the values are known.
+
+    Else by an op that runs first.
+    """
     known_low, known_high = tf.get_static_value(low), tf.get_static_value(high)
     if (
         known_low is None or known_high is None
@@ -88,7 +91,8 @@ def _check_order(low: tf.Tensor, high: tf.Tensor, clip_min: Any, clip_max: Any) 
         )
     elif not np.all(known_low < known_high):
         raise ValueError(
-            f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise, got {describe(clip_min)}"
+            f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise, "
+            f"got {describe(clip_min)}"
         )
 
 
@@ -205,7 +209,8 @@ class ClippedIdentity(keras.layers.Layer):
 
     Example:
         >>> import numpy as np
-        >>> ClippedIdentity(0.0, 1.0)(np.array([[-1.0, 0.5, 3.0]], "float32")).numpy().tolist()
+        >>> x = np.array([[-1.0, 0.5, 3.0]], "float32")
+        >>> ClippedIdentity(0.0, 1.0)(x).numpy().tolist()
         [[0.0, 0.5, 1.0]]
     """
 
@@ -371,7 +376,10 @@ def default_delta(dtype: Any) -> float:
 
 
 def _checkable_array(x: Any) -> tf.Tensor:
-    """``x`` as a tensor of a dtype in ``CHECKABLE_DTYPES`` (NumPy and Python floats stay float64)."""
+    """``x`` as a tensor of a dtype in ``CHECKABLE_DTYPES``.
+
+    NumPy and Python floats stay float64.
+    """
     what = "float16, float32 or float64 values"
     try:
         array = x if tf.is_tensor(x) else np.asarray(x)

@@ -34,7 +34,8 @@ def traced_ops(
 
     Example:
         >>> import tensorflow as tf
-        >>> traced_ops(lambda x: tf.nn.relu(x * 2.0), tf.TensorSpec([None], tf.float32))
+        >>> spec = tf.TensorSpec([None], tf.float32)
+        >>> traced_ops(lambda x: tf.nn.relu(x * 2.0), spec)
         ['Const', 'Mul', 'Relu']
     """
     import tensorflow as tf
@@ -239,7 +240,9 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
     if ax is not None:
         check_instance(ax, "ax", matplotlib.axes.Axes, "a matplotlib Axes or None")
     names = list(
-        dict.fromkeys([name for edge in edges for name in edge] + [l.name for l in model.layers])
+        dict.fromkeys(
+            [name for edge in edges for name in edge] + [layer.name for layer in model.layers]
+        )
     )
     position, waypoints = _layered_layout(names, edges)
     n_columns = 1 + max((column for column, _ in position.values()), default=0)

@@ -48,7 +48,10 @@ MAX_IMAGE_SIDE = 2**16
 
 
 def _check_width(value: Any, name: str, minimum: int = 1) -> int:
-    """A layer width (or class count) in ``[minimum, MAX_UNITS]``, checked before any weight is made."""
+    """A layer width (or class count) in ``[minimum, MAX_UNITS]``.
+
+    Checked before any weight is made.
+    """
     return check_int(value, name, minimum=minimum, maximum=MAX_UNITS)
 
 
@@ -264,7 +267,10 @@ def _shape_text(value: Any) -> str:
 
 
 def _check_batch_shape(shape: Any, name: str, rank: int) -> tuple[int | None, ...]:
-    """``shape`` as a tuple of ``rank`` dimensions (batch first), or a ValueError naming ``name``."""
+    """``shape`` as a tuple of ``rank`` dimensions (batch first).
+
+    Else a ValueError naming ``name``.
+    """
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != rank:
         raise ValueError(
             f"{name}: expected a shape of rank {rank} (batch axis first), got {describe(shape)}"
@@ -284,7 +290,10 @@ def _static_shape(value: Any) -> tuple[int | None, ...] | None:
 
 
 def _check_inputs(inputs: Any) -> None:
-    """What ``MultiModalModel`` is called with: an (images, meta) pair or dict of the right ranks."""
+    """What ``MultiModalModel`` is called with.
+
+    An (images, meta) pair or a dict, of the right ranks.
+    """
     images, meta = _split_pair(inputs, "inputs")
     image_shape, meta_shape = _static_shape(images), _static_shape(meta)
     if image_shape is not None and (
@@ -331,7 +340,8 @@ class MultiModalModel(keras.Model):
     Example:
         >>> model = MultiModalModel(num_classes=6)
         >>> model.build({"image": (None, 32, 32, 3), "meta": (None, 10)})
-        >>> model.count_params() == functional_multimodal((32, 32, 3), 10, 6).count_params()
+        >>> functional = functional_multimodal((32, 32, 3), 10, 6)
+        >>> model.count_params() == functional.count_params()
         True
     """
 
@@ -427,7 +437,8 @@ def copy_weights(source: keras.Model, target: keras.Model) -> list[str]:
             raise TypeError(f"{argument}: expected a keras.Model, got {describe(model)}")
         if not model.built:
             raise ValueError(
-                f"{argument}: expected a built keras.Model (build it or call it on data first), got {describe(model)}"
+                f"{argument}: expected a built keras.Model (build it or call it on data "
+                f"first), got {describe(model)}"
             )
     target_layers = {layer.name: layer for layer in target.layers}
     copied = []

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 
 from companion._checks import (
@@ -23,7 +24,8 @@ from companion._checks import (
     describe,
 )
 
-#: The most logical CPU devices ``split_cpu`` makes (replicas for ``tf.distribute`` tests, not cores).
+#: The most logical CPU devices ``split_cpu`` makes (replicas for ``tf.distribute`` tests,
+#: not cores).
 MAX_CPU_DEVICES = 256
 #: The longest ``run_python`` waits for its child: one week, in seconds.
 MAX_TIMEOUT = 7 * 24 * 3600.0
@@ -66,7 +68,7 @@ def enable_gpu_memory_growth() -> list[str]:
 
 
 def split_cpu(devices: int = 2) -> list[str]:
-    """Split the CPU into ``devices`` logical devices, so ``tf.distribute`` has replicas on one machine.
+    """Split the CPU into ``devices`` logical devices: ``tf.distribute`` replicas on one machine.
 
     ``tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])`` then runs two replicas in this
     process: the same code that runs one replica per GPU, testable without GPUs. Call it once,
@@ -98,8 +100,9 @@ def split_cpu(devices: int = 2) -> list[str]:
         except RuntimeError as error:
             running = len(tf.config.list_logical_devices("CPU"))
             raise RuntimeError(
-                f"devices: TensorFlow already runs with {running} CPU device(s) and cannot switch to "
-                f"{devices}; call split_cpu before the first TensorFlow op (restart the kernel)"
+                f"devices: TensorFlow already runs with {running} CPU device(s) and cannot "
+                f"switch to {devices}; call split_cpu before the first TensorFlow op "
+                "(restart the kernel)"
             ) from error
     return [device.name for device in tf.config.list_logical_devices("CPU")]
 
@@ -228,25 +231,42 @@ def strip_ansi(text: str) -> str:
     return ANSI_ESCAPE.sub("", check_instance(text, "text", str, "a str"))
 
 
-def describe_error(error: BaseException, lines: int = 1) -> str:
+def describe_error(error: BaseException, lines: int = 1, *, width: int | None = None) -> str:
     r"""``"TypeName: first line"`` of an exception: colour codes and blank lines dropped.
 
     Args:
         error: The exception (usually the one caught by ``except ... as error``).
         lines: How many non-blank lines of its message to keep (joined by an indented newline).
+        width: None keeps each line whole. An int (at least 20) puts the type name alone on
+            the first line and the message under it, indented by 4 and wrapped so that no
+            line is longer than ``width``: an error that fits a page column.
 
     Raises:
-        TypeError: If ``error`` is not an exception or ``lines`` not an int.
-        ValueError: If ``lines < 1``.
+        TypeError: If ``error`` is not an exception, or ``lines`` or ``width`` not an int.
+        ValueError: If ``lines < 1`` or ``width < 20``.
 
     Example:
         >>> describe_error(ValueError("\x1b[1mbad\x1b[0m width\n\nmore detail"))
         'ValueError: bad width'
+        >>> error = ValueError("units: expected an int >= 1, got 0")
+        >>> print(describe_error(error, width=24))
+        ValueError:
+            units: expected an
+            int >= 1, got 0
     """
     check_instance(error, "error", BaseException, "an exception")
     lines = check_int(lines, "lines", minimum=1)
+    if width is not None:
+        width = check_int(width, "width", minimum=20)
     kept = [line.strip() for line in strip_ansi(str(error)).splitlines() if line.strip()][:lines]
-    return f"{type(error).__name__}: " + "\n    ".join(kept)
+    name = type(error).__name__
+    if width is None:
+        return f"{name}: " + "\n    ".join(kept)
+    indent = " " * 4
+    wrapped = [
+        textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent) for line in kept
+    ]
+    return "\n".join([f"{name}:", *wrapped])
 
 
 def run_python(

@@ -49,7 +49,8 @@ def convert(
         >>> import keras, tempfile
         >>> inputs = keras.Input((3,))
         >>> path = tempfile.mkdtemp()
-        >>> keras.Model(inputs, keras.layers.Dense(2)(inputs)).export(path, verbose=False)
+        >>> model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+        >>> model.export(path, verbose=False)
         >>> convert(path)[4:8]
         b'TFL3'
     """
@@ -95,7 +96,10 @@ def _input_text(detail: dict[str, Any]) -> str:
 
 
 def _checked_batch(inputs: Any, detail: dict[str, Any]) -> np.ndarray:
-    """``inputs`` as an array of the input's dtype, if its shape fits and it casts within its kind."""
+    """``inputs`` as an array of the input's dtype.
+
+    If its shape fits and it casts within its kind.
+    """
     what, dtype = _input_text(detail), np.dtype(detail["dtype"])
     try:
         batch = np.asarray(inputs)
@@ -129,7 +133,8 @@ def run(model_bytes: bytes, inputs: Any) -> np.ndarray:
         The model's first output.
 
     Raises:
-        TypeError: If ``model_bytes`` is not bytes, or ``inputs`` does not cast to the input's dtype.
+        TypeError: If ``model_bytes`` is not bytes, or ``inputs`` does not cast to the
+            input's dtype.
         ValueError: If ``model_bytes`` is not a TFLite model of one input, or ``inputs`` has another
             shape than the model's input.
         RuntimeError: The interpreter's error, e.g. for a custom op it has no kernel for.

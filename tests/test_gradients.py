@@ -27,7 +27,10 @@ def value_and_grad(fn, x, upstream=None):
 
 
 def closed_form_grad(x, low, high, leak):
-    """1 inside the closed range [low, high] (bounds included, as tf.clip_by_value), leak outside."""
+    """1 inside the closed range [low, high] (bounds included, as tf.clip_by_value).
+
+    ``leak`` outside.
+    """
     return np.where((x >= low) & (x <= high), 1.0, leak)
 
 
@@ -339,7 +342,7 @@ def test_value_and_gradient_against_closed_forms_and_none_for_flat_ops():
         value_and_gradient(None, x)
 
 
-# --- issue 16: bounds and parameters checked against x's dtype; every message names its argument ----
+# --- issue 16: bounds and parameters checked against x's dtype, messages name them ---
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf.function"])

@@ -12,7 +12,6 @@ from companion.models import (
     image_branch,
     meta_branch,
 )
-from companion.notebook import run_python
 
 SHAPES = {"image": (None, 16, 16, 3), "meta": (None, 4)}
 
@@ -161,37 +160,6 @@ def test_functional_model_graph_and_intermediate_output(data):
 
 
 # ---------------------------------------------------------------- saving
-
-
-def test_keras_round_trip_of_the_subclass_in_a_fresh_process(tmp_path, data):
-    inputs, _ = data
-    _, subclass = _pair(seed=5)
-    subclass.save(tmp_path / "model.keras")
-    np.savez(tmp_path / "probe.npz", expected=np.asarray(subclass(inputs)), **inputs)
-    child = run_python(f"""
-import numpy as np, keras
-import companion.models
-data = np.load({str(tmp_path / "probe.npz")!r})
-model = keras.models.load_model({str(tmp_path / "model.keras")!r})
-assert type(model) is companion.models.MultiModalModel, type(model)
-assert model.get_config()["fused_units"] == 64
-gap = np.abs(np.asarray(model({{"image": data["image"], "meta": data["meta"]}})) - data["expected"]).max()
-print("gap", float(gap))
-""")
-    assert child.returncode == 0, child.stderr
-    assert child.stdout.strip() == "gap 0.0"
-
-
-def test_keras_round_trip_keeps_config_in_process(tmp_path, data):
-    inputs, _ = data
-    model = MultiModalModel(
-        3, filters=(4, 8), image_units=8, meta_units=(5, 6), fused_units=10, name="custom"
-    )
-    model.build(SHAPES)
-    model.save(tmp_path / "small.keras")
-    loaded = keras.models.load_model(tmp_path / "small.keras")
-    assert loaded.get_config() == model.get_config()
-    np.testing.assert_array_equal(loaded(inputs), model(inputs))
 
 
 def test_weights_only_need_the_same_arguments_and_a_built_model(tmp_path, data):

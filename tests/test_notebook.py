@@ -1,5 +1,3 @@
-import os
-
 import numpy as np
 import pytest
 
@@ -201,6 +199,20 @@ def test_strip_ansi_and_describe_error_remove_keras_colour_codes():
     assert describe_error(RuntimeError("a\n\n b\nc"), lines=2) == "RuntimeError: a\n    b"
     with pytest.raises(ValueError, match="^lines: expected an int >= 1"):
         describe_error(KeyError("x"), lines=0)
+
+
+def test_describe_error_with_a_width_wraps_the_message_under_the_type():
+    from companion.notebook import describe_error
+
+    error = RuntimeError("\x1b[1mfirst\x1b[0m " + "word " * 30 + "\n\nsecond line")
+    text = describe_error(error, lines=2, width=40)
+    lines = text.splitlines()
+    assert lines[0] == "RuntimeError:" and lines[1] == "    first word word word word word word"
+    assert all(len(line) <= 40 and line.startswith("    ") for line in lines[1:])
+    assert lines[-1] == "    second line" and "\x1b" not in text
+    assert " ".join(line.strip() for line in lines[1:-1]) == "first " + " ".join(["word"] * 30)
+    with pytest.raises(ValueError, match="^width: expected an int >= 20"):
+        describe_error(error, width=19)
 
 
 def test_strip_ansi_and_describe_error_reject_what_is_not_text_or_an_error():

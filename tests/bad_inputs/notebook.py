@@ -63,8 +63,8 @@ CASES = [
     Case(
         "describe_error",
         describe_error,
-        {"error": ValueError("bad"), "lines": 1},
-        {"error": Instance(BaseException), "lines": Int(1)},
+        {"error": ValueError("bad"), "lines": 1, "width": None},
+        {"error": Instance(BaseException), "lines": Int(1), "width": Int(20).or_none()},
     ),
     Case(
         "run_python",
