@@ -31,6 +31,7 @@ import pickle
 import re
 import sys
 import tempfile
+import textwrap
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -158,7 +159,7 @@ def _as_arrays(value: Any, name: str, *, numbers: bool = True) -> Any:
 
 
 def _finite_arrays(value: Any, name: str) -> list[np.ndarray]:
-    """The leaves of ``value`` as arrays of finite numbers (NaN or Inf in them is no layer's fault)."""
+    """The leaves of ``value`` as arrays of finite numbers (NaN or Inf is no layer's fault)."""
     leaves = tf.nest.flatten(_as_arrays(value, name))
     if any(not np.isfinite(leaf).all() for leaf in leaves):
         raise ValueError(
@@ -170,7 +171,7 @@ def _finite_arrays(value: Any, name: str) -> list[np.ndarray]:
 
 @contextlib.contextmanager
 def _blaming(name: str, what: str, value: Any) -> Iterator[None]:
-    """Within the block, an error means that ``value`` does not fit: a ValueError naming ``name``."""
+    """In the block, an error means that ``value`` does not fit: a ValueError naming ``name``."""
     try:
         yield
     except Exception as error:  # whatever the call raises tells why this value does not fit
@@ -181,7 +182,7 @@ def _blaming(name: str, what: str, value: Any) -> Iterator[None]:
 
 
 def _call_on(obj: Any, value: Any, name: str, **kwargs: Any) -> Any:
-    """``obj(value, **kwargs)``; if the call fails, ``value`` does not fit ``obj``: ValueError naming ``name``."""
+    """``obj(value, **kwargs)``; if that fails, ``value`` does not fit: a ValueError naming it."""
     with _blaming(name, f"an input {_subject(obj)} accepts", value):
         return obj(value, **kwargs)
 
@@ -211,11 +212,15 @@ class RoundtripReport:
         return not self.problems
 
     def __str__(self) -> str:
+        """A line for the verdict, then each problem as a bullet wrapped to 84 columns."""
         where = "a fresh process" if self.fresh_process else "this process"
         verdict = "ok" if self.ok else f"{len(self.problems)} problem(s)"
         return "\n".join(
             [f"{self.subject}, saved and loaded in {where}: {verdict}"]
-            + [f"  - {problem}" for problem in self.problems]
+            + [
+                textwrap.fill(problem, 84, initial_indent="  - ", subsequent_indent="    ")
+                for problem in self.problems
+            ]
         )
 
 
@@ -253,13 +258,19 @@ def _nonjson_path(value: Any, path: str, ancestors: dict[int, str] | None = None
         json.dumps(value)
     except (TypeError, ValueError):
         if isinstance(value, (np.ndarray, np.generic)):
-            return f"{path} holds a {type(value).__name__} object; store a list (array.tolist()) instead"
+            return (
+                f"{path} holds a {type(value).__name__} object; "
+                "store a list (array.tolist()) instead"
+            )
         what = (
             f"the function {value.__name__}"
             if inspect.isroutine(value)
             else f"a {type(value).__name__} object"
         )
-        return f"{path} holds {what}; store a name or keras.saving.serialize_keras_object(...) of it instead"
+        return (
+            f"{path} holds {what}; "
+            "store a name or keras.saving.serialize_keras_object(...) of it instead"
+        )
     return None
 
 
@@ -335,8 +346,9 @@ def _from_config_problems(item: Any, config: dict[str, Any]) -> list[str]:
     except Exception as error:  # whatever the user's constructor raises is the finding
         return [f"{cls}.from_config(get_config()) raised {_error_text(error)}"]
     return [
-        f"{cls}.from_config passed config[{key!r}] (a serialized {value['class_name']}) to __init__ as "
-        f"a dict: override from_config to deserialize it (keras.saving.deserialize_keras_object)"
+        f"{cls}.from_config passed config[{key!r}] (a serialized {value['class_name']}) to "
+        "__init__ as a dict: override from_config to deserialize it "
+        "(keras.saving.deserialize_keras_object)"
         for key, value in config.items()
         if _is_serialized_object(value) and isinstance(getattr(restored, key, None), dict)
     ]
@@ -398,7 +410,8 @@ def _registration(serialized: dict[str, Any], fresh_process: bool) -> tuple[list
             if fresh_process:
                 problems.append(
                     f"{kind} {key!r} is defined in __main__ (a notebook or script): a fresh "
-                    f"process cannot import it; move it into a module and import that before loading"
+                    "process cannot import it; move it into a module and import that before "
+                    "loading"
                 )
         elif found.__module__ not in modules:
             modules.append(found.__module__)
@@ -498,7 +511,8 @@ def _differences(before: Any, after: Any, path: str = "config") -> list[str]:
         return found
     if before != after:
         return [
-            f"{path}: {_short(repr(before), 60)} before saving, {_short(repr(after), 60)} after loading"
+            f"{path}: {_short(repr(before), 60)} before saving, "
+            f"{_short(repr(after), 60)} after loading"
         ]
     return []
 
@@ -525,7 +539,7 @@ def _weight_problems(
 
 
 def _gap(old: np.ndarray, new: np.ndarray) -> float:
-    """The largest ``|old - new|`` where both are finite; ``inf`` if NaN or Inf are not in the same places."""
+    """The largest ``|old - new|`` where both are finite; ``inf`` if NaN or Inf differ in place."""
     if old.dtype.kind not in "biuf" or new.dtype.kind not in "biuf":
         return 0.0 if np.array_equal(old, new) else math.inf
     old, new = old.astype(np.float64), new.astype(np.float64)
@@ -544,7 +558,8 @@ def _gap_text(gap: float, atol: float) -> str:
 def _output_problems(before: list[np.ndarray], after: list[np.ndarray], atol: float) -> list[str]:
     if len(before) != len(after) or any(a.shape != b.shape for a, b in zip(before, after)):
         return [
-            f"outputs: shapes {[a.shape for a in before]} before saving, {[b.shape for b in after]} after loading"
+            f"outputs: shapes {[a.shape for a in before]} before saving, "
+            f"{[b.shape for b in after]} after loading"
         ]
     gap = max((_gap(a, b) for a, b in zip(before, after)), default=0.0)
     if gap > atol:
@@ -606,7 +621,8 @@ def check_roundtrip(
     Example:
         >>> import numpy as np
         >>> from companion.layers import CustomDense
-        >>> report = check_roundtrip(CustomDense(2), np.ones((1, 3), "float32"), fresh_process=False)
+        >>> x = np.ones((1, 3), "float32")
+        >>> report = check_roundtrip(CustomDense(2), x, fresh_process=False)
         >>> report.ok, report.problems
         (True, [])
     """
@@ -698,7 +714,8 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
     for leaf in tf.nest.flatten(sample_input):
         if leaf.ndim < 1 or leaf.shape[0] < 2:
             raise ValueError(
-                f"sample_input: expected arrays with a batch of at least 2, got {_describe_input(leaf)}"
+                "sample_input: expected arrays with a batch of at least 2, "
+                f"got {_describe_input(leaf)}"
             )
     expected = _to_numpy(_call_on(layer, sample_input, "sample_input"))
     specs = tf.nest.map_structure(
@@ -911,8 +928,8 @@ def gradient_norms(
     Example:
         >>> import numpy as np
         >>> dense = keras.layers.Dense(1, kernel_initializer="ones", name="d")
-        >>> norms = gradient_norms(dense, np.ones((1, 2), "float32"), np.zeros((1, 1), "float32"),
-        ...                        loss=keras.losses.MeanSquaredError())
+        >>> x, y = np.ones((1, 2), "float32"), np.zeros((1, 1), "float32")
+        >>> norms = gradient_norms(dense, x, y, loss=keras.losses.MeanSquaredError())
         >>> {path: round(norm, 3) for path, norm in norms.items()}    # d/dw (2 + b)^2 = 2*2
         {'d/bias': 4.0, 'd/kernel': 5.657}
     """
@@ -953,8 +970,9 @@ def first_nonfinite_gradient(
     Example:
         >>> import numpy as np
         >>> dense = keras.layers.Dense(1, name="d")
-        >>> first_nonfinite_gradient(dense, np.ones((1, 2), "float32"), np.zeros((1, 1), "float32"),
-        ...                          loss=lambda y, p: keras.ops.sum(keras.ops.sqrt(keras.ops.abs(p - p))))
+        >>> x, y = np.ones((1, 2), "float32"), np.zeros((1, 1), "float32")
+        >>> sqrt_of_zero = lambda y, p: keras.ops.sum(keras.ops.sqrt(keras.ops.abs(p - p)))
+        >>> first_nonfinite_gradient(dense, x, y, loss=sqrt_of_zero)
         'd/bias'
     """
     for path, gradient in _gradients(model, inputs, targets, loss, training):

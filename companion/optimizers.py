@@ -11,9 +11,10 @@ what keeps ``tf.distribute`` replicas in sync: the base class all-reduces the gr
 ``update_step`` on every replica's copy, so a plain ``variable.assign*`` stays in sync too.
 
 The wrappers here (:class:`TransformGradients`, :class:`Lookahead`) hold another optimizer and
-override ``apply``, the one method that both ``model.fit`` and a custom loop (``apply_gradients``) go through, as
-``keras.optimizers.LossScaleOptimizer`` does. Every class is registered serializable, so
-``.keras`` files that use them load in any process that has imported this module.
+override ``apply``, the one method that both ``model.fit`` and a custom loop
+(``apply_gradients``) go through, as ``keras.optimizers.LossScaleOptimizer`` does. Every class is
+registered serializable, so ``.keras`` files that use them load in any process that has imported
+this module.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ FLOAT32_MAX = float(np.finfo("float32").max)
 FLOAT32_TINY = float(np.finfo("float32").tiny)
 #: The largest step count (Keras counts ``iterations`` in int64).
 MAX_STEP = 2**63 - 1
-#: The largest :class:`GaussianNoise` ``stddev``: its noise (|draw| < 8 standard deviations) stays finite.
+#: The largest :class:`GaussianNoise` ``stddev``: its noise (|draw| < 8 standard deviations)
+#: stays finite.
 MAX_NOISE_STDDEV = FLOAT32_MAX / 8
 
 
@@ -81,7 +83,7 @@ def _path(variable: Any) -> str:
 
 
 def _own_name(variable: Any) -> str:
-    """A variable's own name (``kernel``): a Keras variable's ``name``; a ``tf.Variable``'s last part."""
+    """A variable's own name (``kernel``): a Keras variable's name, a tf.Variable's last part."""
     return variable.name.split("/")[-1].split(":")[0]
 
 
@@ -91,7 +93,7 @@ def _name_matches(variable: Any, words: Sequence[str]) -> bool:
 
 
 def _selects(variable: Any, words: Sequence[str]) -> bool:
-    """A word with a ``/`` is part of the variable's path, a word without one part of its own name."""
+    """A word with ``/`` is part of the variable's path; a word without, part of its own name."""
     return any(word in (_path(variable) if "/" in word else _own_name(variable)) for word in words)
 
 
@@ -103,7 +105,8 @@ def _check_words(words: Any, name: str, *, min_length: int = 0) -> tuple[str, ..
 
 
 def _check_learning_rate(value: Any) -> Any:
-    """A schedule or callable as is; a number >= 0 that float32 holds (Keras keeps it in a float32 variable)."""
+    """A schedule or callable as is; a number >= 0 that float32 holds (Keras keeps it in a float32
+    variable)."""
     if isinstance(value, keras.optimizers.schedules.LearningRateSchedule) or callable(value):
         return value
     if not is_real(value):
@@ -115,15 +118,15 @@ def _check_learning_rate(value: Any) -> Any:
 
 
 def _finite_learning_rate(learning_rate: tf.Tensor) -> tf.Tensor:
-    """``learning_rate`` (cast to a variable's dtype) if finite; a NaN or inf stops the step with a clear error.
+    """``learning_rate`` (cast to a variable's dtype) if finite; NaN or inf stops the step, clearly.
 
     Under XLA (where the check is compiled away) a non-finite rate is replaced by 0, so the
     step leaves the weights as they were instead of making them NaN.
     """
     lr = tf.debugging.check_numerics(
         learning_rate,
-        "learning_rate: expected a finite number from the optimizer's learning rate or schedule, got NaN or inf;"
-        " the step was not applied",
+        "learning_rate: expected a finite number from the optimizer's learning rate or schedule, "
+        "got NaN or inf; the step was not applied",
     )
     return tf.where(tf.math.is_finite(lr), lr, tf.zeros_like(lr))
 
@@ -133,10 +136,11 @@ class AdamW(keras.optimizers.Optimizer):
     """Adam with decoupled weight decay (Loshchilov & Hutter), written on the Keras 3 API.
 
     Each step first decays a variable, ``w -= lr * weight_decay * w`` (unless its own name, such
-    as ``bias``, contains one of ``exclude_from_decay``), then takes the Adam step ``w -= alpha * m / (sqrt(v) + eps)``
-    with ``alpha = lr * sqrt(1 - beta_2**t) / (1 - beta_1**t)``: the same operations in the same
-    order as ``keras.optimizers.AdamW``, so with the same variables excluded the trajectories
-    agree to float rounding. ``epsilon_placement="paper"`` adds epsilon to the bias-corrected
+    as ``bias``, contains one of ``exclude_from_decay``), then takes the Adam step
+    ``w -= alpha * m / (sqrt(v) + eps)`` with
+    ``alpha = lr * sqrt(1 - beta_2**t) / (1 - beta_1**t)``: the same operations in the same order
+    as ``keras.optimizers.AdamW``, so with the same variables excluded the trajectories agree to
+    float rounding. ``epsilon_placement="paper"`` adds epsilon to the bias-corrected
     ``sqrt(v_hat)`` instead (Algorithm 1 of Kingma & Ba, PyTorch's form): the same as Keras's
     form with epsilon scaled by ``sqrt(1 - beta_2**t)``, so it differs in early steps.
 
@@ -175,7 +179,8 @@ class AdamW(keras.optimizers.Optimizer):
 
     Example:
         >>> variable = keras.Variable([1.0, 2.0, 3.0, 4.0])
-        >>> _ = AdamW(learning_rate=0.5).apply_gradients([(ops.array([1.0, 6.0, 7.0, 2.0]), variable)])
+        >>> gradient = ops.array([1.0, 6.0, 7.0, 2.0])
+        >>> _ = AdamW(learning_rate=0.5).apply_gradients([(gradient, variable)])
         >>> [round(float(w), 4) for w in variable.numpy()]   # Keras's own test values
         [0.498, 1.496, 2.494, 3.492]
     """
@@ -281,7 +286,7 @@ class GradientTransform:
 
 @register
 class ClipGlobalNorm(GradientTransform):
-    """Scale all gradients by ``min(1, clip_norm / global_norm)``; ``norm`` holds the last norm seen.
+    """Scale all gradients by ``min(1, clip_norm / global_norm)``; ``norm`` is the last norm seen.
 
     Args:
         clip_norm: The largest global norm let through: a float32 number, at least float32's
@@ -518,7 +523,7 @@ class _Wrapper(keras.optimizers.Optimizer):
 
 
 def _replicas() -> int:
-    """How many replicas run this code in sync (1 outside ``strategy.run`` or without a strategy)."""
+    """How many replicas run this code in sync (1 outside ``strategy.run``, or with no strategy)."""
     context = tf.distribute.get_replica_context()
     return 1 if context is None else context.num_replicas_in_sync
 
@@ -550,7 +555,8 @@ class TransformGradients(_Wrapper):
         >>> optimizer = TransformGradients(keras.optimizers.SGD(1.0), [ClipGlobalNorm(1.0)],
         ...                                record_update_norms=True)
         >>> _ = optimizer.apply_gradients([(ops.array([30.0, -40.0]), variable)])
-        >>> [round(float(w), 4) for w in variable.numpy()], round(float(optimizer.transforms[0].norm), 4)
+        >>> norm = optimizer.transforms[0].norm
+        >>> [round(float(w), 4) for w in variable.numpy()], round(float(norm), 4)
         ([2.4, -3.2], 50.0)
         >>> {path: round(norm, 4) for path, norm in optimizer.update_norms().items()}
         {'w': 1.0}
@@ -623,7 +629,8 @@ class TransformGradients(_Wrapper):
         return gradients if replicas == 1 else [g if g is None else g / replicas for g in gradients]
 
     def update_norms(self) -> dict[str, float]:
-        """The last step's update norm of each variable, by path (empty without ``record_update_norms``)."""
+        """The last step's update norm of each variable by path (without ``record_update_norms``:
+        empty)."""
         return {_path(v): float(n.numpy()) for v, n in zip(self._trainable_variables, self._norms)}
 
     def get_config(self) -> dict[str, Any]:
@@ -701,7 +708,8 @@ class Lookahead(_Wrapper):
         )
 
     def _sync(self, strategy: tf.distribute.Strategy, variables: list[Any]) -> None:
-        """In cross-replica context (``merge_call``): every ``k`` steps, move the slow weights, reset the fast."""
+        """In cross-replica context (``merge_call``): every ``k`` steps, move the slow weights and
+        reset the fast ones."""
         alpha = self.slow_step_size
 
         def synchronize() -> tf.Tensor:
@@ -731,7 +739,7 @@ class Lookahead(_Wrapper):
 
 
 class UpdateNormLogger(keras.callbacks.Callback):
-    """Add a recording optimizer's update norms to each epoch's logs (so History and TensorBoard get them).
+    """Add a recording optimizer's update norms to each epoch's logs (for History and TensorBoard).
 
     Put it before ``keras.callbacks.TensorBoard`` in the callback list: TensorBoard then writes
     every ``update_norm/<variable path>`` entry as a scalar.
@@ -879,7 +887,8 @@ class MagnitudePruning(keras.callbacks.Callback):
     Raises:
         TypeError: If an argument has the wrong type (``include`` a str instead of a list).
         ValueError: If ``target_sparsity`` is outside [0, 1), the steps are out of order or a
-            word of ``include`` is empty; at the start of training, if no variable matches ``include``.
+            word of ``include`` is empty; at the start of training, if no variable matches
+            ``include``.
 
     Example:
         >>> keras.utils.set_random_seed(0)

@@ -71,7 +71,7 @@ _CACHE = "_companion_fit_functions"
 
 
 class NonFiniteError(FloatingPointError):
-    """``fit`` stopped because a loss, a gradient, the learning rate or the weights were NaN or infinite.
+    """``fit`` stopped: a loss, a gradient, the learning rate or the weights were NaN or infinite.
 
     ``cause`` says which, and the message says what the model holds:
 
@@ -94,7 +94,8 @@ class NonFiniteError(FloatingPointError):
     Attributes:
         epoch: The epoch of the bad step (counted from 1).
         step: The step within that epoch (counted from 1; a validation step for ``"val_loss"``).
-        loss: The step's loss (``nan`` or ``inf``, or a finite value when only something else was not).
+        loss: The step's loss (``nan`` or ``inf``, or a finite value when only something else
+            was not).
         history: The history of the epochs completed before this one.
         cause: One of :attr:`CAUSES`.
     """
@@ -118,9 +119,8 @@ class NonFiniteError(FloatingPointError):
         ),
         "weights": (
             "weights are not finite after the update (loss {loss:.4g})",
-            "the optimizer's step made them "
-            "so (check its learning rate and settings); training stopped after that step, so the model "
-            "holds those non-finite weights",
+            "the optimizer's step made them so (check its learning rate and settings); training "
+            "stopped after that step, so the model holds those non-finite weights",
         ),
         "val_loss": (
             "val_loss is {loss} on validation_data",
@@ -172,8 +172,8 @@ def _check_model(model: Any) -> keras.Model:
 def _check_built(model: keras.Model) -> None:
     if not model.built:
         raise ValueError(
-            f"model: expected a built model, got an unbuilt {type(model).__name__}; call it on a batch "
-            f"first, or give it an Input (fit builds it from the dataset)"
+            f"model: expected a built model, got an unbuilt {type(model).__name__}; call it on a "
+            f"batch first, or give it an Input (fit builds it from the dataset)"
         )
 
 
@@ -257,13 +257,13 @@ def _shown(spec: Any) -> str:
 
 
 def _check_pairs(dataset: Any, name: str) -> tf.data.Dataset:
-    """Insist on a finite, non-empty ``tf.data.Dataset`` whose elements are ``(inputs, targets)`` pairs."""
+    """Insist on a finite, non-empty ``tf.data.Dataset`` of ``(inputs, targets)`` pairs."""
     check_instance(dataset, name, tf.data.Dataset, "a tf.data.Dataset of (inputs, targets) pairs")
     spec = dataset.element_spec
     if not (isinstance(spec, tuple) and len(spec) == 2):
         raise ValueError(
-            f"{name}: expected a tf.data.Dataset of (inputs, targets) pairs, got elements {_shown(spec)}; "
-            f"map it to pairs first, e.g. dataset.map(lambda x, y, *rest: (x, y))"
+            f"{name}: expected a tf.data.Dataset of (inputs, targets) pairs, got elements "
+            f"{_shown(spec)}; map it to pairs first, e.g. dataset.map(lambda x, y, *rest: (x, y))"
         )
     cardinality = int(dataset.cardinality())
     if cardinality == int(tf.data.INFINITE_CARDINALITY):
@@ -355,7 +355,7 @@ def _metric_entries(metrics: Any) -> list[MetricEntry]:
 
 
 def _check_strategy(strategy: Any, model: keras.Model, optimizer: Any) -> tf.distribute.Strategy:
-    """The strategy to run under (TensorFlow's default one for None), after checking the variables."""
+    """The strategy to run under (TensorFlow's default one for None), the variables checked."""
     if strategy is None:
         return tf.distribute.get_strategy()
     if not isinstance(strategy, tf.distribute.Strategy):
@@ -407,9 +407,9 @@ def _replica_loss(
         if replicas > 1 and not isinstance(loss, keras.losses.Loss):
             name = getattr(loss, "__name__", type(loss).__name__)
             raise ValueError(
-                f"loss: expected per-example losses (shape (batch,)) or a keras.losses.Loss under a "
-                f"strategy with {replicas} replicas, got a scalar from {name!r}; a mean of each replica's "
-                f"examples would count {replicas} times, so return one loss per example"
+                f"loss: expected per-example losses (shape (batch,)) or a keras.losses.Loss under "
+                f"a strategy with {replicas} replicas, got a scalar from {name!r}; a mean of each "
+                f"replica's examples would count {replicas} times, so return one loss per example"
             )
         share = values
     else:
@@ -479,7 +479,7 @@ def _clip_by_global_norm(gradients: list[Any], clip_norm: float, loss_scale: Any
 
 
 def _all_finite(variables: list[Any]) -> tf.Tensor:
-    """Whether every element of ``variables`` is finite (elementwise: a large weight is no overflow)."""
+    """Whether every element of ``variables`` is finite (elementwise: a large weight is fine)."""
     return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
 
 
@@ -504,7 +504,7 @@ def make_train_step(
     strategy: tf.distribute.Strategy | None = None,
     element_spec: Any = None,
 ) -> Any:
-    """Build the compiled training step ``step((x, y)) -> {"loss": ..., "examples": ..., "applied": ...}``.
+    """Build the compiled training step ``step((x, y)) -> {"loss": ..., "applied": ..., ...}``.
 
     One call runs the forward pass under a ``tf.GradientTape``, adds ``model.losses`` (e.g. L2
     penalties) to ``loss(y, predictions)``, scales that loss with ``optimizer.scale_loss`` (the
@@ -522,7 +522,7 @@ def make_train_step(
     freezing layers: it trains the variables that were trainable when it was made.
 
     Args:
-        model: A built ``keras.Model`` (created under ``strategy.scope()`` when a strategy is given).
+        model: A built ``keras.Model`` (created under ``strategy.scope()`` with a strategy).
         optimizer: A Keras optimizer; it is built for the model's trainable variables here. Under
             ``keras.mixed_precision.set_global_policy("mixed_float16")``, wrap it in a
             ``keras.optimizers.LossScaleOptimizer``, as ``model.compile`` does.
@@ -564,10 +564,11 @@ def make_train_step(
         >>> import numpy as np
         >>> keras.utils.set_random_seed(0)
         >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-        >>> data = tf.data.Dataset.from_tensor_slices((np.ones((8, 3), "float32"), np.ones((8, 1), "float32")))
-        >>> data = data.batch(4)
+        >>> x, y = np.ones((8, 3), "float32"), np.ones((8, 1), "float32")
+        >>> data = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
         >>> step = make_train_step(model, optimizer=keras.optimizers.SGD(0.1),
-        ...                        loss=keras.losses.MeanSquaredError(), element_spec=data.element_spec)
+        ...                        loss=keras.losses.MeanSquaredError(),
+        ...                        element_spec=data.element_spec)
         >>> losses = [float(step(batch)["loss"]) for _ in range(3) for batch in data]
         >>> losses[-1] < losses[0], step.experimental_get_tracing_count()
         (True, 1)
@@ -676,8 +677,10 @@ def make_eval_step(
 
     Example:
         >>> import numpy as np
-        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, kernel_initializer="zeros")])
-        >>> data = tf.data.Dataset.from_tensor_slices((np.ones((4, 2), "float32"), np.full((4, 1), 3.0, "float32")))
+        >>> dense = keras.layers.Dense(1, kernel_initializer="zeros")
+        >>> model = keras.Sequential([keras.Input((2,)), dense])
+        >>> x, y = np.ones((4, 2), "float32"), np.full((4, 1), 3.0, "float32")
+        >>> data = tf.data.Dataset.from_tensor_slices((x, y))
         >>> step = make_eval_step(model, loss=keras.losses.MeanSquaredError())
         >>> float(step(next(iter(data.batch(4))))["loss"])  # (0 - 3) ** 2
         9.0
@@ -809,14 +812,15 @@ def _run_epoch(
     history: dict[str, list[float]],
     bar: keras.utils.Progbar | None = None,
 ) -> tuple[dict[str, float], int]:
-    """One pass over ``data`` (the argument ``name``): the mean loss, the metrics' results, the steps run.
+    """One pass over ``data`` (the argument ``name``): the mean loss and metrics, the steps run.
 
     With a known number of ``steps`` the loop reads nothing back from the device until the end
     of the epoch, except every ``READ_INTERVAL`` seconds: the running loss for a live bar, and
     whether a step has failed (the remaining batches are then left unread).
 
     Raises:
-        NonFiniteError: After a bad step (see :func:`_epoch_function`); ``cause(loss)`` names its cause.
+        NonFiniteError: After a bad step (see :func:`_epoch_function`); ``cause(loss)`` names its
+            cause.
         ValueError: If ``data`` gave no example (a dataset of unknown length can turn out empty).
     """
     run_next, totals = function
@@ -903,9 +907,9 @@ def fit(
         log_dir: A directory for TensorBoard (created if missing; not ``""``, not a file): every
             history entry is written there as a scalar per epoch (step = epoch number, from 1).
             None: no logs.
-        progress: Show a ``keras.utils.Progbar``: a live bar when standard output is a terminal
-            (refreshed every ``READ_INTERVAL`` seconds), one line per epoch elsewhere (notebooks,
-            logs). False: silent.
+        progress: Show a ``keras.utils.Progbar`` per epoch, and one for its validation: a live
+            bar when standard output is a terminal (refreshed every ``READ_INTERVAL`` seconds),
+            one finished line elsewhere (notebooks, logs). False: silent.
         on_epoch_end: Called as ``on_epoch_end(epoch, logs)`` after each epoch (from 1), with the
             epoch's entries; use it for checkpoints or your own logging.
 
@@ -935,12 +939,15 @@ def fit(
         >>> import numpy as np
         >>> keras.utils.set_random_seed(0)
         >>> x = np.random.default_rng(0).normal(size=(64, 2)).astype("float32")
-        >>> data = tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("int32"))).batch(16)
-        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, activation="softmax")])
-        >>> history = fit(model, data, optimizer=keras.optimizers.Adam(0.1), epochs=5, progress=False,
-        ...               loss=keras.losses.SparseCategoricalCrossentropy(),
+        >>> y = (x[:, 0] > 0).astype("int32")
+        >>> data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+        >>> dense = keras.layers.Dense(2, activation="softmax")
+        >>> model = keras.Sequential([keras.Input((2,)), dense])
+        >>> history = fit(model, data, optimizer=keras.optimizers.Adam(0.1), epochs=5,
+        ...               progress=False, loss=keras.losses.SparseCategoricalCrossentropy(),
         ...               metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
-        >>> sorted(history), history["loss"][-1] < history["loss"][0], history["accuracy"][-1] > 0.9
+        >>> loss, accuracy = history["loss"], history["accuracy"]
+        >>> sorted(history), loss[-1] < loss[0], accuracy[-1] > 0.9
         (['accuracy', 'loss'], True, True)
     """
     model = _check_model(model)
@@ -992,12 +999,13 @@ def fit(
         )
     steps = _length(dataset)
     names = ["loss", *(name for _, _, name in entries)]
-    names += [f"val_{name}" for name in names]
     history: dict[str, list[float]] = {}
     writer = tf.summary.create_file_writer(log_dir) if log_dir is not None else None
     try:
         for epoch in range(1, epochs + 1):
-            bar = _progress_bar(epoch, epochs, steps, names) if progress else None
+            if progress:
+                print(f"Epoch {epoch}/{epochs}")
+            bar = _progress_bar(steps, names) if progress else None
             logs, steps_run = _run_epoch(
                 train,
                 train_data,
@@ -1009,8 +1017,11 @@ def fit(
                 bar=bar,
                 cause=lambda loss: _training_cause(loss, model, optimizer),
             )
+            _finish(bar, steps_run, logs)
             if validation_data is not None:
-                val_logs, _ = _run_epoch(
+                val_names = [f"val_{name}" for name in names]
+                val_bar = _progress_bar(validation_steps, val_names) if progress else None
+                val_logs, val_steps = _run_epoch(
                     evaluate,
                     validation_data,
                     validation_steps,
@@ -1020,12 +1031,11 @@ def fit(
                     cause=lambda loss: "val_loss",
                     history=history,
                 )
-                logs.update({f"val_{name}": value for name, value in val_logs.items()})
+                val_logs = {f"val_{name}": value for name, value in val_logs.items()}
+                _finish(val_bar, val_steps, val_logs)
+                logs.update(val_logs)
             for name, value in logs.items():
                 history.setdefault(name, []).append(value)
-            if bar is not None:
-                bar.target = bar.target or steps_run  # a dataset of unknown length: now known
-                bar.update(steps_run, list(logs.items()), finalize=True)
             if writer is not None:
                 _write_scalars(writer, logs, epoch)
             if on_epoch_end is not None:
@@ -1054,7 +1064,8 @@ def _length(dataset: tf.data.Dataset) -> int | None:
 
 
 #: Marks a summary as a TensorBoard scalar (what ``tf.summary.scalar`` writes, without needing
-#: the ``tensorboard`` package, which ``tf.summary.scalar`` imports and TensorFlow does not require).
+#: the ``tensorboard`` package, which ``tf.summary.scalar`` imports and TensorFlow does not
+#: require).
 _SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
     plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars")
 ).SerializeToString()
@@ -1069,10 +1080,17 @@ def _write_scalars(writer: Any, logs: dict[str, float], epoch: int) -> None:
     writer.flush()
 
 
-def _progress_bar(
-    epoch: int, epochs: int, steps: int | None, names: list[str]
-) -> keras.utils.Progbar:
-    """A Progbar for one epoch: live in a terminal, one finished line elsewhere (no ``\\r``)."""
+def _progress_bar(steps: int | None, names: list[str]) -> keras.utils.Progbar:
+    """A Progbar for one pass: live in a terminal, one finished line elsewhere (no ``\\r``).
+
+    Training and validation each get their own line, so that a line stays short: Keras's single
+    line with every metric and its ``val_`` form runs past 88 columns with two metrics."""
     live = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
-    print(f"Epoch {epoch}/{epochs}")
     return keras.utils.Progbar(steps, verbose=1 if live else 2, stateful_metrics=names)
+
+
+def _finish(bar: keras.utils.Progbar | None, steps_run: int, logs: dict[str, float]) -> None:
+    """Complete ``bar`` (if any) with the pass's ``logs``: its one finished line."""
+    if bar is not None:
+        bar.target = bar.target or steps_run  # a dataset of unknown length: now known
+        bar.update(steps_run, list(logs.items()), finalize=True)

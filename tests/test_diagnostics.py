@@ -15,7 +15,6 @@ from companion.diagnostics import (
     gradient_norms,
 )
 from companion.layers import CustomDense, ResidualBlock
-from companion.optimizers import AdamW
 
 X = np.random.default_rng(0).normal(size=(4, 3)).astype("float32")
 
@@ -125,6 +124,11 @@ def test_config_that_is_not_json_is_flagged():
         "StoresFunction.get_config() is not JSON: config['activation'] holds the function relu; "
         "store a name or keras.saving.serialize_keras_object(...) of it instead"
     ]
+    # printed: the verdict, then the problem as a bullet wrapped within the book's column
+    lines = str(report).splitlines()
+    assert lines[0].endswith("saved and loaded in this process: 1 problem(s)")
+    assert len(lines) > 2 and max(map(len, lines)) <= 84
+    assert " ".join(line.strip() for line in lines[1:]) == f"- {report.problems[0]}"
 
 
 def test_nested_object_without_from_config_is_flagged_and_the_fix_passes():
@@ -176,8 +180,9 @@ def test_a_subclassed_model_without_get_config_is_flagged_even_without_a_sample_
     model(X)
     report = check_roundtrip(model, fresh_process=False)  # it reloads silently with scale=1.0
     assert report.problems == [
-        "ScaledModel is a subclassed Model without its own get_config: Keras records no constructor "
-        "arguments of a model (scale), so loading builds it with their defaults; write get_config"
+        "ScaledModel is a subclassed Model without its own get_config: Keras records no "
+        "constructor arguments of a model (scale), so loading builds it with their defaults; "
+        "write get_config"
     ]
     with_sample = check_roundtrip(model, X, fresh_process=False)
     assert any(
@@ -198,8 +203,8 @@ def test_lambda_layer_is_refused_in_safe_mode():
     assert "Lambda" in report.problems[0]
 
 
-def test_optimizers_round_trip_and_a_built_one_loses_its_slots():
-    assert check_roundtrip(AdamW(learning_rate=0.01, weight_decay=0.1), fresh_process=False).ok
+def test_a_built_optimizer_loses_its_slots():
+    # That each companion optimizer round-trips is test_conformance's (in a fresh process).
     optimizer = keras.optimizers.Adam(0.01)
     variable = keras.Variable(np.ones(3, "float32"))
     optimizer.apply([np.ones(3, "float32")], [variable])
@@ -255,7 +260,7 @@ class ArrayInConfig(keras.layers.Layer):
 
 
 def _lambda_in_config_layer():
-    """A layer whose config serializes a lambda, defined where no source file exists (a notebook cell)."""
+    """A layer whose config serializes a lambda, defined with no source file (a notebook cell)."""
     source = (
         "@keras.saving.register_keras_serializable(package='test_diag')\n"
         "class LambdaInConfig(keras.layers.Layer):\n"
@@ -265,7 +270,8 @@ def _lambda_in_config_layer():
         "    def call(self, inputs):\n"
         "        return self.fn(inputs)\n"
         "    def get_config(self):\n"
-        "        return super().get_config() | {'fn': keras.saving.serialize_keras_object(self.fn)}\n"
+        "        fn = keras.saving.serialize_keras_object(self.fn)\n"
+        "        return super().get_config() | {'fn': fn}\n"
     )
     namespace = {"keras": keras, "__name__": "__main__"}
     exec(compile(source, "<cell>", "exec"), namespace)

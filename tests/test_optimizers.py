@@ -168,7 +168,7 @@ def test_default_exclusion_leaves_biases_and_norms_undecayed():
 
 @pytest.mark.parametrize("owner", ["beta_vae", "normalizing_flow", "unbiased_head"])
 def test_default_exclusion_matches_the_variables_own_name_not_its_layers_path(owner):
-    """A kernel inside a layer or model named like an exclusion word is still decayed (Keras's rule)."""
+    """A kernel in a layer or model named like an exclusion word is still decayed (Keras's rule)."""
     keras.utils.set_random_seed(0)
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.Dense(3, name=owner)(inputs), name=owner)
@@ -573,8 +573,8 @@ for name in ["composed"]:  # AdamW inside TransformGradients inside Lookahead
     model.fit(data, epochs=2, verbose=0, shuffle=False)
     with strategy.scope():
         custom, optimizer = t.small_model(), make()
-    fit(custom, data, optimizer=optimizer, loss=keras.losses.MeanSquaredError(reduction=None), epochs=2,
-        strategy=strategy, progress=False)
+    fit(custom, data, optimizer=optimizer, loss=keras.losses.MeanSquaredError(reduction=None),
+        epochs=2, strategy=strategy, progress=False)
     for trained, used in ((model, model.optimizer), (custom, optimizer)):
         variables = trained.variables + used.variables
         replicas = max(float(np.max(np.abs(v.value.values[0].numpy() - v.value.values[1].numpy())))
@@ -587,7 +587,8 @@ norms = []
 for make in (lambda: keras.optimizers.SGD(1.0, global_clipnorm=1.0),
              lambda: TransformGradients(keras.optimizers.SGD(1.0), [ClipGlobalNorm(1.0)])):
     with strategy.scope():
-        linear = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")])
+        dense = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")
+        linear = keras.Sequential([keras.Input((2,)), dense])
         linear.compile(make(), "mse")
     linear.fit(pair, epochs=1, verbose=0)
     norms.append(float(np.linalg.norm(linear.get_weights()[0] - 1.0)))
@@ -615,7 +616,7 @@ def test_mirrored_strategy_replicas_agree_match_one_device_and_clip_the_global_g
     )
 
 
-# ---------------------------------------------------------------- bad values that used to pass (issue 16)
+# ------------------------------------------------------ bad values that used to pass (issue 16)
 
 F32_MAX = float(np.finfo("float32").max)
 

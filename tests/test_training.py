@@ -416,18 +416,29 @@ def test_a_multi_task_loss_trains_two_heads():
     assert history["loss"][-1] < history["loss"][0]
 
 
-def test_progress_prints_one_clean_line_per_epoch_off_a_terminal(capsys):
-    fit(
+def test_progress_prints_clean_lines_per_epoch_off_a_terminal(capsys):
+    history = fit(
         small_model(),
         shapes_dataset(64),
         optimizer=keras.optimizers.SGD(0.1),
         loss=crossentropy(),
         epochs=2,
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        validation_data=shapes_dataset(32, seed=1),
     )
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(" - ")[0] for line in lines] == ["Epoch 1/2", "2/2", "Epoch 2/2", "2/2"]
-    assert all(" - loss: " in line and " - accuracy: " in line for line in lines[1::2])
+    counts = [line.split(" - ")[0] for line in lines]
+    assert counts == ["Epoch 1/2", "2/2", "1/1", "Epoch 2/2", "2/2", "1/1"]
+    # training and validation on lines of their own, each within the book's 88 columns
+    assert all(
+        line.endswith(f" - loss: {loss:.4f} - accuracy: {accuracy:.4f}")
+        for line, loss, accuracy in zip(lines[1::3], history["loss"], history["accuracy"])
+    )
+    assert all(
+        line.endswith(f" - val_loss: {loss:.4f} - val_accuracy: {accuracy:.4f}")
+        for line, loss, accuracy in zip(lines[2::3], history["val_loss"], history["val_accuracy"])
+    )
+    assert max(map(len, lines)) <= 88
     assert not any("\r" in line or "\b" in line or "\x1b" in line for line in lines)
 
 
@@ -590,7 +601,7 @@ def test_a_live_bar_in_a_terminal_reads_the_running_loss(capsys, monkeypatch):
 
 @pytest.fixture
 def mixed_float16():
-    """The global dtype policy ``mixed_float16`` for one test (float16 compute, float32 variables)."""
+    """The dtype policy ``mixed_float16`` for one test (float16 compute, float32 variables)."""
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
@@ -617,7 +628,7 @@ def constant_data(value, steps, targets=None):
 
 
 def train_both_ways(data, loss_scale_optimizer):
-    """The kernel after ``model.fit`` and after the companion's ``fit``, and the second's optimizer."""
+    """The kernels after ``model.fit`` and the companion's ``fit``, and the latter's optimizer."""
     kernels = {}
     for kind in ["model.fit", "fit"]:
         model, optimizer = one_weight_model(), loss_scale_optimizer()
@@ -641,8 +652,9 @@ def train_both_ways(data, loss_scale_optimizer):
 
 
 def test_mixed_precision_one_step_equals_model_fit(mixed_float16):
-    # Kernel 1, input 0.5, target 0: loss (w/2)^2, gradient 0.5; one SGD(0.1) step gives 0.95. Without
-    # the loss scaled first, the optimizer would divide an unscaled gradient by its scale, 2**15.
+    # Kernel 1, input 0.5, target 0: loss (w/2)^2, gradient 0.5; one SGD(0.1) step gives 0.95.
+    # Without the loss scaled first, the optimizer would divide an unscaled gradient by its scale,
+    # 2**15.
     kernels, optimizer = train_both_ways(
         constant_data(0.5, steps=1),
         lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
@@ -734,7 +746,8 @@ def mean_loss(y_true, y_pred):  # a hand-written mean: not divided by the replic
 
 for bad in [dict(loss=mean_loss), dict(loss=t.crossentropy(), model=single)]:
     try:
-        fit(bad.pop("model", model), data, optimizer=optimizer, strategy=strategy, progress=False, **bad)
+        fit(bad.pop("model", model), data, optimizer=optimizer, strategy=strategy,
+            progress=False, **bad)
     except ValueError as error:
         print(str(error).split(";")[0])
 """
@@ -758,15 +771,15 @@ def test_mirrored_strategy_replicas_agree_and_match_one_device():
             and close_weights == close_histories == "True"
         )
     assert lines[2] == (
-        "loss: expected per-example losses (shape (batch,)) or a keras.losses.Loss under a strategy "
-        "with 2 replicas, got a scalar from 'mean_loss'"
+        "loss: expected per-example losses (shape (batch,)) or a keras.losses.Loss under a "
+        "strategy with 2 replicas, got a scalar from 'mean_loss'"
     )
     assert lines[3].startswith(
         "strategy: expected the model and optimizer to be created under strategy.scope()"
     )
 
 
-# ---------------------------------------------------------------- issue 16: bad input, silent results
+# ------------------------------------------------------- issue 16: bad input, silent results
 
 
 def two_weight_model():
@@ -845,7 +858,8 @@ def test_a_nan_learning_rate_is_refused_up_front_and_never_reaches_the_weights()
             optimizer=keras.optimizers.SGD(learning_rate=math.inf),
         )
 
-    # A rate that turns NaN later (set on the variable after the step was made): the step skips the update.
+    # A rate that turns NaN later (set on the variable after the step was made): the step skips
+    # the update.
     model, optimizer = two_weight_model(), keras.optimizers.SGD(0.1)
     step = make_train_step(model, optimizer=optimizer, loss=keras.losses.MeanSquaredError())
     before = model.get_weights()
@@ -881,7 +895,8 @@ def test_a_schedule_turning_nan_stops_fit_before_the_update_with_a_true_message(
 
 
 def test_an_update_that_makes_the_weights_nan_is_noticed_and_fit_says_so():
-    # SGD's momentum check lets NaN through (NaN < 0 is False): the first update turns every weight NaN.
+    # SGD's momentum check lets NaN through (NaN < 0 is False): the first update turns every
+    # weight NaN.
     model = two_weight_model()
     step = make_train_step(
         model,
@@ -929,8 +944,9 @@ def test_a_clip_norm_float32_cannot_hold_is_refused(clip_norm):
 
 
 def test_the_largest_clip_norm_leaves_the_gradients_as_they_are(mixed_float16):
-    # Under loss scaling the limit used to be multiplied by the scale (2**15): 3e38 became inf, every
-    # gradient NaN, and the loss-scale optimizer skipped every step. Kernel 1, input 0.5: 1 -> 0.95.
+    # Under loss scaling the limit used to be multiplied by the scale (2**15): 3e38 became inf,
+    # every gradient NaN, and the loss-scale optimizer skipped every step. Kernel 1, input 0.5:
+    # 1 -> 0.95.
     model = one_weight_model()
     fit(
         model,
@@ -973,7 +989,10 @@ def test_a_fully_frozen_model_is_refused_before_training(how):
     model = small_model()
     for layer in [model] if how == "model.trainable" else model.layers:
         layer.trainable = False
-    frozen = r"^model: expected trainable variables, got none in Functional .*\(is every layer frozen\?\)"
+    frozen = (
+        r"^model: expected trainable variables, got none in Functional .*"
+        r"\(is every layer frozen\?\)"
+    )
     with pytest.raises(ValueError, match=frozen):
         fit(
             model,

@@ -1,4 +1,4 @@
-"""Bad inputs for ``companion.optimizers``: numbers that live in float32 are capped at what it holds."""
+"""Bad inputs for ``companion.optimizers``: numbers kept in float32 are capped at what it holds."""
 
 import keras
 import numpy as np
