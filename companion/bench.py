@@ -145,7 +145,7 @@ def training_loop_vs_fit(
     repeats: int = 5,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Training throughput of ``companion.training.fit`` next to ``model.fit`` (examples per second).
+    """Training throughput (examples per second) of ``companion.training.fit`` and ``model.fit``.
 
     Both train the same model (one of ``LOOP_MODELS``: chapter 7's two-input classifier, or a
     small MLP whose millisecond steps make the loop's own cost visible) from the same initial
@@ -223,7 +223,8 @@ def training_loop_vs_fit(
             run()
             rates[name].append(epochs * examples / (time.perf_counter() - start))
             print(
-                f"  repeat {repeat + 1}/{repeats}, {name} ({model}): {rates[name][-1]:,.0f} examples/s",
+                f"  repeat {repeat + 1}/{repeats}, {name} ({model}): "
+                f"{rates[name][-1]:,.0f} examples/s",
                 flush=True,
             )
     custom, keras_fit = (statistics.median(rates[name]) for name in runs)
@@ -331,11 +332,12 @@ def default_sizes(device: str | None = None) -> dict[str, Any]:
     """The experiments' default problem sizes on ``device``: ``SIZES["GPU"]`` or ``SIZES["CPU"]``.
 
     Args:
-        device: A device string such as ``"/CPU:0"`` or ``"/GPU:0"``; ``None``: ``default_device()``.
+        device: A device string such as ``"/CPU:0"`` or ``"/GPU:0"``; ``None``:
+            ``default_device()``.
 
     Returns:
-        A new dict with ``image_sizes``, ``batch_size``, ``image_size``, ``examples``, ``batch_sizes``
-        and ``per_image_size`` (the image size of ``per_example_vs_batched``).
+        A new dict with ``image_sizes``, ``batch_size``, ``image_size``, ``examples``,
+        ``batch_sizes`` and ``per_image_size`` (the image size of ``per_example_vs_batched``).
 
     Raises:
         TypeError, ValueError: If ``device`` is not a device string TensorFlow has.
@@ -381,7 +383,8 @@ def _measure(
     progress: bool,
     scope: str | None = None,
 ) -> dict[str, Any]:
-    """Compare ``calls`` (under ``scope``, default ``device``) and build the row; print it if ``progress``."""
+    """Compare ``calls`` (under ``scope``, default ``device``) and build the row; print it if
+    ``progress``."""
     row = _row(
         name, device, sizes, compare(calls, repeats=repeats, device=scope or device), reference
     )
@@ -411,7 +414,8 @@ def _check_methods(
 
 
 def _check_run(device: str | None, repeats: int, seed: int, progress: bool) -> str:
-    """Check the arguments every experiment shares; return the device (``None``: ``default_device()``)."""
+    """Check the arguments every experiment shares; return the device (``None``:
+    ``default_device()``)."""
     check_repeats(repeats)
     check_seed(seed)
     check_bool(progress, "progress")
@@ -425,7 +429,7 @@ def _blur_settings(
     image_sizes: Sequence[int] | None,
     batch_size: int | None,
 ) -> tuple[dict[str, Callable[..., Any]], tuple[int, ...], int]:
-    """The blur experiments' methods and sizes checked, with ``device``'s default sizes for ``None``."""
+    """The blur experiments' methods and sizes checked; ``None``: ``device``'s default sizes."""
     sizes = default_sizes(device)
     methods = _check_methods(methods, reference)
     image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
@@ -446,7 +450,8 @@ def _check_sizes(sizes: Any, name: str) -> tuple[int, ...]:
 
 
 def _check_batch(count: Any, name: str, image_size: int, minimum: int = 1) -> int:
-    """``count`` images of ``image_size`` (float32 RGB): at least ``minimum``, at most ``MAX_BATCH_BYTES``."""
+    """``count`` images of ``image_size`` (float32 RGB): at least ``minimum``, at most
+    ``MAX_BATCH_BYTES``."""
     return check_int(
         count, name, minimum=minimum, maximum=max(minimum, MAX_BATCH_BYTES // (image_size**2 * 12))
     )
@@ -457,7 +462,8 @@ def _setting(value: Any, default: Any) -> Any:
 
 
 def _random_images(count: int, size: int, seed: int) -> np.ndarray:
-    """``count`` float32 RGB images ``size x size`` in [0, 1) (a blur's time does not depend on content)."""
+    """``count`` float32 RGB images ``size x size`` in [0, 1) (a blur's time does not depend on
+    content)."""
     return np.random.default_rng(seed).random((count, size, size, 3), dtype=np.float32)
 
 
@@ -472,8 +478,8 @@ def _on(device: str, array: np.ndarray) -> Any:
 #: optimizers do with ``{{base_optimizer_keyword_args}}``).
 SHARED_ARGS = {
     "methods": "Name -> blur ``fn(images)`` (NHWC float32); ``None``: ``default_blur_methods()``.",
-    "image_sizes": "Image heights = widths (a list of ints from 8 to ``MAX_IMAGE_SIZE``); ``None``: "
-    "``default_sizes(device)``.",
+    "image_sizes": "Image heights = widths (a list of ints from 8 to ``MAX_IMAGE_SIZE``); "
+    "``None``: ``default_sizes(device)``.",
     "batch_size": "Images per batch (>= 1, at most ``MAX_BATCH_BYTES`` of the largest images); "
     "``None``: the device's default.",
     "reference": "The method every ratio divides by.",
@@ -524,10 +530,12 @@ def blur_op(
         {{shared_args}}
 
     Returns:
-        One row per image size (name ``"blur op"``); ``ratio[m]`` = median of m / median of ``reference``.
+        One row per image size (name ``"blur op"``); ``ratio[m]`` = median of m / median of
+        ``reference``.
 
     Raises:
-        TypeError, ValueError: For a bad method mapping, size, count or device, or an unknown ``reference``.
+        TypeError, ValueError: For a bad method mapping, size, count or device, or an unknown
+            ``reference``.
 
     Example:
         >>> rows = blur_op(image_sizes=[8], batch_size=1, device="/CPU:0", repeats=1)
@@ -558,7 +566,8 @@ def blur_op(
 
 
 def _small_model(kind: str, image_size: int, seed: int) -> Any:
-    """A small Keras classifier of ``image_size`` RGB images into 10 classes: ``"mlp"`` or ``"cnn"``."""
+    """A small Keras classifier (``"mlp"`` or ``"cnn"``) of ``image_size`` RGB images into 10
+    classes."""
     keras.utils.set_random_seed(seed)
     layers = keras.layers
     body = (
@@ -641,7 +650,8 @@ def blur_in_model(
 
 
 def _train_step(model: Any, mode: str) -> Callable[[Any, Any], Any]:
-    """A training step of ``model`` (Adam, cross-entropy on logits): eager, ``tf.function`` or XLA."""
+    """A training step of ``model`` (Adam, cross-entropy on logits): eager, ``tf.function`` or
+    XLA."""
     optimizer = keras.optimizers.Adam(1e-3)
     optimizer.build(model.trainable_variables)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -692,7 +702,9 @@ def blur_pipeline(
         TypeError, ValueError: As ``blur_op``, or if ``examples < batch_size``.
 
     Example:
-        >>> rows = blur_pipeline(image_size=8, examples=4, batch_size=2, device="/CPU:0", repeats=1)
+        >>> rows = blur_pipeline(
+        ...     image_size=8, examples=4, batch_size=2, device="/CPU:0", repeats=1
+        ... )
         >>> [row["name"] for row in rows]
         ['tf.data pipeline', 'pipeline + training step']
     """
@@ -776,7 +788,9 @@ def training_step_modes(
         TypeError, ValueError: For an unknown model, a bad size, count or device.
 
     Example:
-        >>> rows = training_step_modes(models=["mlp"], image_size=8, batch_size=2, device="/CPU:0", repeats=1)
+        >>> rows = training_step_modes(
+        ...     models=["mlp"], image_size=8, batch_size=2, device="/CPU:0", repeats=1
+        ... )
         >>> list(rows[0]["medians"]), rows[0]["reference"]
         (['eager', 'tf.function', 'XLA'], 'tf.function')
     """
@@ -852,7 +866,7 @@ def per_example_vs_batched(
     seed: int = 0,
     progress: bool = False,
 ) -> list[dict[str, Any]]:
-    """Standardise each image of a batch three ways: a Python loop, ``tf.vectorized_map``, batched ops.
+    """Standardise each image of a batch: a Python loop, ``tf.vectorized_map``, batched ops.
 
     All three run as ``tf.function`` on the same batch in ``device``'s memory and give the
     same numbers (``PER_EXAMPLE_METHODS``). The loop is unrolled into a few ops per image, so
@@ -861,8 +875,9 @@ def per_example_vs_batched(
 
     Args:
         batch_sizes: Images per batch (a list of ints >= 1); ``None``: the device's default.
-        image_size: Image height = width (8 to ``MAX_IMAGE_SIZE``); ``None``: the device's default ``per_image_size``
-            (small images: the per-op cost is what differs between the three).
+        image_size: Image height = width (8 to ``MAX_IMAGE_SIZE``); ``None``: the device's
+            default ``per_image_size`` (small images: the per-op cost is what differs between
+            the three).
         {{shared_args}}
 
     Returns:
@@ -872,7 +887,9 @@ def per_example_vs_batched(
         TypeError, ValueError: For a bad size, count or device.
 
     Example:
-        >>> rows = per_example_vs_batched(batch_sizes=[2], image_size=8, device="/CPU:0", repeats=1)
+        >>> rows = per_example_vs_batched(
+        ...     batch_sizes=[2], image_size=8, device="/CPU:0", repeats=1
+        ... )
         >>> list(rows[0]["ratio"])
         ['Python loop', 'vectorized_map', 'batched op']
     """
@@ -983,25 +1000,32 @@ def _check_row(row: Any, name: str) -> Mapping[str, Any]:
 
 
 def rows_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Experiment rows as a text table: one line per method, median in ms, spread, ratio.
+    """Experiment rows as a text table: each row's name and sizes on a line of their own, then
+    one line per method: median in ms, spread, ratio.
 
     Raises:
         TypeError, ValueError: If ``rows`` is not a list or tuple of experiment rows (none is fine).
     """
     rows = _check_rows(rows)
-    lines = [
-        (
-            row["name"],
-            _describe_sizes(row["sizes"]),
-            method,
-            f"{median * 1e3:.3g}",
-            f"{row['spreads'][method]:.0%}",
-            f"{row['ratio'][method]:.2f}",
-        )
-        for row in rows
-        for method, median in row["medians"].items()
-    ]
-    return format_table(lines, ["experiment", "sizes", "method", "median ms", "spread", "ratio"])
+    table = format_table(
+        [
+            (
+                method,
+                f"{median * 1e3:.3g}",
+                f"{row['spreads'][method]:.0%}",
+                f"{row['ratio'][method]:.2f}",
+            )
+            for row in rows
+            for method, median in row["medians"].items()
+        ],
+        ["method", "median ms", "spread", "ratio"],
+    ).splitlines()
+    lines = ["  " + line for line in table[:2]]
+    methods = iter(table[2:])
+    for row in rows:
+        lines.append(f"{row['name']} ({_describe_sizes(row['sizes'])})")
+        lines += ["  " + next(methods) for _ in row["medians"]]
+    return "\n".join(lines)
 
 
 def rows_to_entries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -1062,7 +1086,7 @@ def _number(value: float) -> str:
 def main(
     argv: list[str] | None = None, *, blur_methods: Mapping[str, Callable[..., Any]] | None = None
 ) -> list[dict[str, Any]]:
-    """``python -m companion.bench``: run the benchmarks, print a table, write ``_build/bench.json``.
+    """``python -m companion.bench``: run the benchmarks, print a table, write a JSON file.
 
     The headline experiments of chapter 10 (the blurs at two image sizes as an op, in a model and
     in a ``tf.data`` pipeline; eager vs ``tf.function`` vs XLA training steps; a per-image loop
@@ -1199,7 +1223,8 @@ def main(
         for model in LOOP_MODELS
     ]
     print(
-        f"[{len(experiments) + 2}/{len(experiments) + 2}] companion AdamW vs keras AdamW (chapter 8):",
+        f"[{len(experiments) + 2}/{len(experiments) + 2}] "
+        "companion AdamW vs keras AdamW (chapter 8):",
         flush=True,
     )
     entries.append(adamw_step_time(repeats=args.repeats))
@@ -1224,7 +1249,7 @@ def main(
 
 
 def _flag(check: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse ``type``: ``check(text)``, its TypeError or ValueError reported as argparse's error.
+    """An argparse ``type``: ``check(text)``, a TypeError or ValueError as argparse's error.
 
     The message loses its leading ``"<name>: "``: argparse says ``argument --flag:`` itself.
     """
@@ -1239,7 +1264,8 @@ def _flag(check: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def _int_flag(flag: str, minimum: int, maximum: int) -> Callable[[str], int]:
-    """An argparse ``type`` for an int flag in ``[minimum, maximum]`` (a word is reported as a str)."""
+    """An argparse ``type`` for an int flag in ``[minimum, maximum]`` (a word is reported as a
+    str)."""
 
     def check(text: str) -> int:
         value = int(text) if text.strip().lstrip("+-").isdigit() else text

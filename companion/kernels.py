@@ -127,8 +127,9 @@ def _compiler_version(cxx: str) -> str:
     path = shutil.which(cxx)
     if path is None:
         raise BuildError(
-            f"compiler: expected a C++ compiler on PATH, got str {cxx!r}, which is not found; install "
-            "g++ (Debian/Ubuntu/Colab: apt-get install g++) or set WHITE_BOX_TF_CXX to a compiler"
+            f"compiler: expected a C++ compiler on PATH, got str {cxx!r}, which is not found; "
+            "install g++ (Debian/Ubuntu/Colab: apt-get install g++) or set WHITE_BOX_TF_CXX to "
+            "a compiler"
         )
     result = _run([path, "--version"], timeout=60)
     if result.returncode != 0:
@@ -245,7 +246,8 @@ def _compile(command: list[str], output: Path) -> str:
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
         raise BuildError(
-            f"compiling {SOURCE.name} failed (exit {result.returncode}):\n{' '.join(command)}\n{tail}"
+            f"compiling {SOURCE.name} failed (exit {result.returncode}):\n"
+            f"{' '.join(command)}\n{tail}"
         )
     if not output.is_file() or output.stat().st_size == 0:
         raise BuildError(
@@ -318,13 +320,13 @@ def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with _locked(folder):
-                if (
-                    _verified_manifest(folder) is None
-                ):  # another process may have built it meanwhile
+                # another process may have built it meanwhile
+                if _verified_manifest(folder) is None:
                     _build_into(folder, cxx, identity)
         except OSError as error:
             raise BuildError(
-                f"cache: cannot write the build to {folder} ({type(error).__name__}: {error.strerror or error}); "
+                f"cache: cannot write the build to {folder} "
+                f"({type(error).__name__}: {error.strerror or error}); "
                 "pass cache_dir= or set WHITE_BOX_TF_CACHE to a writable folder"
             ) from error
     return folder / LIBRARY
@@ -382,18 +384,23 @@ def load_blur_op() -> Any:
 
 
 def _register_gradients(module: Any) -> None:
-    """The gradient of each op is the other op: the blur and its adjoint transpose each other."""
-    adjoint = {"GaussianBlur": module.gaussian_blur_grad, "GaussianBlurGrad": module.gaussian_blur}
+    """The gradient of each op is the other op: the blur and its adjoint transpose each
+    other."""
+    adjoint = {
+        "GaussianBlur": module.gaussian_blur_grad,
+        "GaussianBlurGrad": module.gaussian_blur,
+    }
     for name, transpose in adjoint.items():
 
         def gradient(
             op: tf.Operation, upstream: tf.Tensor, transpose: Any = transpose
         ) -> list[Any]:
-            return [transpose(upstream, op.inputs[1]), None]  # no gradient for the kernel weights
+            # no gradient for the kernel weights
+            return [transpose(upstream, op.inputs[1]), None]
 
         try:
             tf.RegisterGradient(name)(gradient)
-        except KeyError:  # already registered in this process (the module was imported twice)
+        except KeyError:  # registered already (the module was imported twice)
             pass
 
 

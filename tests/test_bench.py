@@ -283,17 +283,12 @@ def test_per_example_vs_batched_rows_and_the_three_methods_agree():
 
 def test_rows_table_and_entries():
     rows = per_example_vs_batched(batch_sizes=[2], image_size=8, device="/CPU:0", repeats=1)
-    table = rows_table(rows)
-    assert table.splitlines()[0].split() == [
-        "experiment",
-        "sizes",
-        "method",
-        "median",
-        "ms",
-        "spread",
-        "ratio",
-    ]
-    assert len(table.splitlines()) == 2 + 3 and "standardize per image  batch 2, 8x8" in table
+    lines = rows_table(rows).splitlines()
+    assert lines[0].split() == ["method", "median", "ms", "spread", "ratio"]
+    assert lines[2] == "standardize per image (batch 2, 8x8)"
+    assert len(lines) == 2 + 1 + 3 and lines[-1].startswith("  batched op ")
+    assert [line[2:16].strip() for line in lines[3:]] == list(PER_EXAMPLE_METHODS)
+    assert lines[-1].endswith("1.00")  # the reference's ratio
     entries = rows_to_entries(rows)
     assert [entry["name"] for entry in entries] == [
         "Python loop / batched op: standardize per image (batch 2, 8x8)",
@@ -552,7 +547,7 @@ def test_checks_print_what_arrived_not_only_its_type():
 
 def test_rows_table_and_entries_take_no_rows_and_refuse_what_are_not_rows():
     assert (
-        rows_table([]).splitlines()[0].split()[:2] == ["experiment", "sizes"]
+        rows_table([]).splitlines()[0].split()[:2] == ["method", "median"]
         and rows_to_entries([]) == []
     )
     for consume in (rows_table, rows_to_entries):
@@ -563,7 +558,8 @@ def test_rows_table_and_entries_take_no_rows_and_refuse_what_are_not_rows():
             consume(None)
         with pytest.raises(
             ValueError,
-            match=r"^rows\[0\]: expected an experiment row \(a dict with .*got dict \{'name': 'x'\}$",
+            match=r"^rows\[0\]: expected an experiment row \(a dict with "
+            r".*got dict \{'name': 'x'\}$",
         ):
             consume([{"name": "x"}])
         with pytest.raises(
@@ -619,7 +615,8 @@ def test_main_refuses_bad_flags_like_a_command_line_before_running_anything(argv
             "--quick",
             None,
             TypeError,
-            r"^argv: expected a list or tuple of str \(command-line arguments\) or None, got str '--quick'$",
+            r"^argv: expected a list or tuple of str \(command-line arguments\) or None, "
+            r"got str '--quick'$",
         ),
         (["--quick", 1], None, TypeError, r"^argv\[1\]: expected a str, got int 1$"),
         (

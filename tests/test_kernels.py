@@ -75,21 +75,16 @@ def test_float64_and_unknown_shape_in_tf_function(random_images, opencv_blur):
     images = random_images((2, 10, 14, 2), dtype=np.float64)
     spec = tf.TensorSpec([None, None, None, 2], tf.float64)
     traced = tf.function(lambda x: cpp_blur(x, 7, 1.5), input_signature=[spec])
-    assert traced.get_concrete_function().output_shapes.as_list() == [
-        None,
-        None,
-        None,
-        2,
-    ]  # shape fn
+    # the shape function's output shape
+    assert traced.get_concrete_function().output_shapes.as_list() == [None, None, None, 2]
     got = traced(images).numpy()
     assert got.dtype == np.float64
     assert np.abs(got - opencv_blur(images, 7, 1.5)).max() < 1e-12
 
 
 def test_smallest_images_and_empty_batch(random_images):
-    image = random_images(
-        (3, 3, 1)
-    )  # height = width = ksize // 2 + 1: every output pixel is a border pixel
+    # height = width = ksize // 2 + 1: every output pixel is a border pixel
+    image = random_images((3, 3, 1))
     assert (
         np.abs(cpp_blur(image, 5).numpy() - cv2.GaussianBlur(image, (5, 5), 0)[..., None]).max()
         < 1e-6
@@ -138,7 +133,8 @@ def test_gradient_of_the_gradient_and_against_native_blur(random_images):
     )
 
 
-# Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back as a list.
+# Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back
+# as a list.
 @pytest.mark.filterwarnings("ignore:The structure of `inputs` doesn't match:UserWarning")
 def test_layer_trains_saves_and_loads_in_a_fresh_process(tmp_path, random_images, opencv_blur):
     keras.utils.set_random_seed(0)
@@ -171,7 +167,11 @@ def test_layer_trains_saves_and_loads_in_a_fresh_process(tmp_path, random_images
         print("exported:", np.abs(served - y).max() < 1e-6)
         import keras
         restored = keras.saving.load_model(root + "/m.keras")
-        print("keras:", np.abs(restored(x).numpy() - y).max() < 1e-6, restored.get_layer("blur").ksize)
+        print(
+            "keras:",
+            np.abs(restored(x).numpy() - y).max() < 1e-6,
+            restored.get_layer("blur").ksize,
+        )
     """)
     result = run_python(code)
     assert (
@@ -190,7 +190,7 @@ def test_tflite_cannot_run_the_op(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        ({"ksize": 4}, ValueError, "ksize: expected an odd int >= 1, got int 4"),
+        ({"ksize": 4}, ValueError, "ksize: expected an odd int >= 1.*, got int 4"),
         ({"ksize": 0}, ValueError, "ksize"),
         ({"ksize": 5.0}, TypeError, "ksize"),
         ({"sigma": -1.0}, ValueError, "sigma"),
@@ -338,9 +338,8 @@ def test_half_precision_images_are_blurred_in_float32_and_returned_in_their_dtyp
     half = tf.cast(images, dtype)
     got = cpp_blur(half, 5, 1.2)
     assert got.dtype == dtype
-    expected = tf.cast(
-        opencv_blur(tf.cast(half, tf.float32).numpy(), 5, 1.2), dtype
-    )  # one rounding
+    # one rounding
+    expected = tf.cast(opencv_blur(tf.cast(half, tf.float32).numpy(), 5, 1.2), dtype)
     np.testing.assert_array_equal(
         tf.cast(got, tf.float32).numpy(), tf.cast(expected, tf.float32).numpy()
     )
@@ -449,7 +448,7 @@ def test_a_build_records_a_manifest_and_compiles_without_warnings(fresh_build):
     assert not [line for line in warnings if "blur_op.cc" in line], warnings[:5]
 
 
-# --- a damaged cache, an unusable cache or compiler: rebuilt or a BuildError, never a crash --------
+# --- a damaged cache, an unusable cache or compiler: rebuilt or a BuildError, never a crash ---
 
 
 def _copy_of_the_cache(fresh_build, tmp_path):
@@ -474,7 +473,11 @@ def test_a_truncated_cached_library_is_rebuilt_not_loaded(fresh_build, tmp_path)
     root, library = _copy_of_the_cache(fresh_build, tmp_path)
     data = library.read_bytes()
     library.write_bytes(data[: len(data) // 2])
-    code = "import numpy as np\nfrom companion.kernels import cpp_blur\nprint(cpp_blur(np.ones((1, 8, 8, 1), np.float32)).numpy().max())"
+    code = (
+        "import numpy as np\n"
+        "from companion.kernels import cpp_blur\n"
+        "print(cpp_blur(np.ones((1, 8, 8, 1), np.float32)).numpy().max())"
+    )
     result = run_python(code, env={"WHITE_BOX_TF_CACHE": str(root)})
     assert (result.returncode, result.stdout.split()) == (0, ["1.0"]), result.stderr[-2000:]
     assert _intact(library)
@@ -506,15 +509,13 @@ def _fake_compile(good_library, calls):
 def test_a_damaged_or_unrecorded_build_is_rebuilt(fresh_build, tmp_path, monkeypatch, damage):
     root, library = _copy_of_the_cache(fresh_build, tmp_path)
     manifest = library.parent / "manifest.json"
-    if (
-        damage == "flipped bytes"
-    ):  # same size, other content: TensorFlow's NotFoundError at every load
+    # flipped bytes: same size, other content (TensorFlow's NotFoundError at every load);
+    # no manifest: e.g. a library copied in by hand, or a build killed before its manifest
+    if damage == "flipped bytes":
         data = bytearray(library.read_bytes())
         data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
         library.write_bytes(bytes(data))
-    elif (
-        damage == "no manifest"
-    ):  # e.g. a library copied in by hand, or a build killed before its manifest
+    elif damage == "no manifest":
         manifest.unlink()
     elif damage == "manifest not JSON":
         manifest.write_text('{"library": ')
@@ -555,7 +556,8 @@ def test_a_library_tensorflow_cannot_load_is_a_build_error(tmp_path, monkeypatch
     with pytest.raises(
         BuildError, match=f"{impostor}: TensorFlow cannot load it .*delete {tmp_path} to rebuild"
     ):
-        kernels.load_blur_op.__wrapped__()  # the uncached function: this process has loaded the real one
+        # the uncached function: this process has loaded the real one
+        kernels.load_blur_op.__wrapped__()
 
 
 @pytest.mark.parametrize(
@@ -601,7 +603,8 @@ def test_a_cache_that_is_a_file_or_under_a_file_is_a_build_error(tmp_path):
 
 @contextlib.contextmanager
 def _read_only(folder):
-    """``folder`` made read-only, also for root (who writes through permissions: immutable instead)."""
+    """``folder`` made read-only, also for root (who writes through permissions: immutable
+    instead)."""
     make, undo = (
         (["chattr", "+i"], ["chattr", "-i"])
         if os.geteuid() == 0

@@ -6,9 +6,9 @@ accepted would cost a fraction of a second, not a benchmark run.
 
 from collections.abc import Mapping
 
-from bad_inputs.timing import DEVICE, REPEATS, calls_kind
 from badinput import Bool, Case, Int, Kind, Seq, Str
 
+from bad_inputs.timing import DEVICE, REPEATS, calls_kind
 from companion.bench import (
     adamw_step_time,
     blur_in_model,
