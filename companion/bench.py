@@ -25,9 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import keras
 import numpy as np
-import tensorflow as tf
 
 from companion._checks import (
     check_bool,
@@ -39,12 +37,7 @@ from companion._checks import (
     check_sequence,
     describe,
 )
-from companion.data import make_shapes
-from companion.kernels import cpp_blur
-from companion.models import functional_multimodal
 from companion.notebook import format_table
-from companion.optimizers import DEFAULT_EXCLUDE, AdamW
-from companion.pyfunc import cv2_blur, native_blur, py_function_blur
 from companion.timing import (
     MAX_REPEATS,
     Timing,
@@ -56,7 +49,9 @@ from companion.timing import (
     time_call,
 )
 from companion.timing import fetch as fetch  # re-exported: the chapters import it from here
-from companion.training import fit
+
+# TensorFlow, Keras and the modules built on them are imported inside the functions that use
+# them: ``python -m companion.bench --help`` (or a bad flag) answers without loading them.
 
 #: Problem sizes per device type (``default_sizes``): modest on a CPU, so that the book's cells
 #: and ``make bench`` stay quick on 2 cores; larger on a GPU, where small problems measure
@@ -109,6 +104,12 @@ def _loop_problem(model: str, examples: int, seed: int) -> tuple[Any, Any, Any]:
     inputs labelled by the sign of their first feature: steps of about a millisecond on a CPU,
     where the loop around the step is a large part of the time.
     """
+    import keras
+    import tensorflow as tf
+
+    from companion.data import make_shapes
+    from companion.models import functional_multimodal
+
     if model == "chapter 7":
         (images, meta), labels = make_shapes(examples, image_size=32, meta_dim=10, seed=seed)
         return (
@@ -176,6 +177,10 @@ def training_loop_vs_fit(
         TypeError: If an argument has the wrong type.
         ValueError: If ``model`` is not one of ``LOOP_MODELS`` or a number is out of range.
     """
+    import keras
+
+    from companion.training import fit
+
     default_examples, default_batch = LOOP_MODELS[check_choice(model, "model", tuple(LOOP_MODELS))]
     batch_size = check_int(
         _setting(batch_size, default_batch), "batch_size", minimum=1, maximum=MAX_EXAMPLES
@@ -271,6 +276,13 @@ def adamw_step_time(
         TypeError: If an argument is not an int.
         ValueError: If it is out of range.
     """
+    import keras
+    import tensorflow as tf
+
+    from companion.data import make_shapes
+    from companion.models import functional_multimodal
+    from companion.optimizers import DEFAULT_EXCLUDE, AdamW
+
     batch_size = _check_batch(batch_size, "batch_size", 32)
     steps = check_int(steps, "steps", minimum=1, maximum=MAX_STEPS)
     repeats = check_repeats(repeats)
@@ -346,6 +358,8 @@ def default_sizes(device: str | None = None) -> dict[str, Any]:
         >>> default_sizes("/CPU:0")["image_sizes"]
         (32, 64, 128, 256)
     """
+    import tensorflow as tf
+
     kind = (tf.DeviceSpec.from_string(resolve_device(device)).device_type or "CPU").upper()
     return dict(SIZES["GPU" if kind == "GPU" else "CPU"])
 
@@ -402,6 +416,8 @@ def default_blur_methods() -> dict[str, Callable[..., Any]]:
     Both take ``(images, ksize=5, sigma=0.0)`` with NHWC or HWC float images; add another blur
     with the same signature to the returned dict to compare it too.
     """
+    from companion.pyfunc import native_blur, py_function_blur
+
     return {"py_function": py_function_blur, "native": native_blur}
 
 
@@ -469,6 +485,8 @@ def _random_images(count: int, size: int, seed: int) -> np.ndarray:
 
 def _on(device: str, array: np.ndarray) -> Any:
     """``array`` as a tensor in ``device``'s memory."""
+    import tensorflow as tf
+
     with tf.device(device):
         return tf.identity(array)
 
@@ -542,6 +560,8 @@ def blur_op(
         >>> rows[0]["ratio"]["native"], sorted(rows[0]["medians"])
         (1.0, ['native', 'py_function'])
     """
+    import tensorflow as tf
+
     device = _check_run(device, repeats, seed, progress)
     methods, image_sizes, batch_size = _blur_settings(
         methods, reference, device, image_sizes, batch_size
@@ -568,6 +588,8 @@ def blur_op(
 def _small_model(kind: str, image_size: int, seed: int) -> Any:
     """A small Keras classifier (``"mlp"`` or ``"cnn"``) of ``image_size`` RGB images into 10
     classes."""
+    import keras
+
     keras.utils.set_random_seed(seed)
     layers = keras.layers
     body = (
@@ -620,6 +642,8 @@ def blur_in_model(
         >>> rows[0]["name"], rows[0]["sizes"]
         ('blur in model', {'batch_size': 1, 'image_size': 8})
     """
+    import tensorflow as tf
+
     device = _check_run(device, repeats, seed, progress)
     methods, image_sizes, batch_size = _blur_settings(
         methods, reference, device, image_sizes, batch_size
@@ -652,6 +676,9 @@ def blur_in_model(
 def _train_step(model: Any, mode: str) -> Callable[[Any, Any], Any]:
     """A training step of ``model`` (Adam, cross-entropy on logits): eager, ``tf.function`` or
     XLA."""
+    import keras
+    import tensorflow as tf
+
     optimizer = keras.optimizers.Adam(1e-3)
     optimizer.build(model.trainable_variables)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -708,6 +735,8 @@ def blur_pipeline(
         >>> [row["name"] for row in rows]
         ['tf.data pipeline', 'pipeline + training step']
     """
+    import tensorflow as tf
+
     device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
     methods = _check_methods(methods, reference)
@@ -794,6 +823,8 @@ def training_step_modes(
         >>> list(rows[0]["medians"]), rows[0]["reference"]
         (['eager', 'tf.function', 'XLA'], 'tf.function')
     """
+    import tensorflow as tf
+
     device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
     models = check_sequence(
@@ -829,21 +860,29 @@ def training_step_modes(
 
 def _standardize_one(image: Any) -> Any:
     """One image minus its mean, divided by its standard deviation (the per-example function)."""
+    import tensorflow as tf
+
     return (image - tf.reduce_mean(image)) / (tf.math.reduce_std(image) + 1e-6)
 
 
 def _standardize_loop(images: Any) -> Any:
     """``_standardize_one`` on each image in a Python loop (unrolled: ops per image), stacked."""
+    import tensorflow as tf
+
     return tf.stack([_standardize_one(images[i]) for i in range(images.shape[0])])
 
 
 def _standardize_vectorized(images: Any) -> Any:
     """``_standardize_one`` vectorised over the batch by ``tf.vectorized_map``."""
+    import tensorflow as tf
+
     return tf.vectorized_map(_standardize_one, images)
 
 
 def _standardize_batched(images: Any) -> Any:
     """The same, written for the batch: reductions over each image's axes."""
+    import tensorflow as tf
+
     mean = tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
     return (images - mean) / (tf.math.reduce_std(images, axis=[1, 2, 3], keepdims=True) + 1e-6)
 
@@ -893,6 +932,8 @@ def per_example_vs_batched(
         >>> list(rows[0]["ratio"])
         ['Python loop', 'vectorized_map', 'batched op']
     """
+    import tensorflow as tf
+
     device = _check_run(device, repeats, seed, progress)
     sizes = default_sizes(device)
     image_size = _check_image_size(_setting(image_size, sizes["per_image_size"]), "image_size")
@@ -952,6 +993,9 @@ def compiled_blur_vs_opencv(
         TypeError, ValueError: For a bad size or count.
         companion.kernels.BuildError: If the op cannot be built (no ``g++`` or headers).
     """
+    from companion.kernels import cpp_blur
+    from companion.pyfunc import cv2_blur
+
     sizes = default_sizes(_check_run("/CPU:0", repeats, seed, progress))
     image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
     batch_size = _check_batch(
@@ -1061,6 +1105,9 @@ def _entry(
 
     ``device`` is the device string the measure ran on; ``None``: TensorFlow's default device.
     """
+    import keras
+    import tensorflow as tf
+
     kind = tf.DeviceSpec.from_string(device or default_device()).device_type or "CPU"
     return {
         "name": name,

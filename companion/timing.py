@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import tensorflow as tf
-
 from companion._checks import (
     check_callable,
     check_instance,
@@ -27,6 +25,9 @@ from companion._checks import (
     describe,
 )
 from companion.notebook import gpu_available
+
+# TensorFlow is imported in the two functions that use it: importing the harness stays cheap
+# (``python -m companion.bench --help`` answers without TensorFlow).
 
 #: Limits that refuse a count that would run for days, before any work.
 MAX_REPEATS = 1000  # timed repeats, rounds and warm-up calls
@@ -65,6 +66,8 @@ def fetch(result: Any) -> Any:
 
     Waiting for the values is what makes a timing include the device's work.
     """
+    import tensorflow as tf
+
     return tf.nest.map_structure(
         lambda value: value.numpy() if hasattr(value, "numpy") else value, result
     )
@@ -234,6 +237,8 @@ def _calls_per_round(call: Callable[[], Any], target: float) -> int:
 
 def _device_scope(device: str | None) -> Any:
     """``tf.device(device)`` after checking that TensorFlow has that device; a no-op for None."""
+    import tensorflow as tf
+
     if device is None:
         return contextlib.nullcontext()
     check_str(device, "device", "a device string such as '/CPU:0'")

@@ -20,6 +20,7 @@ from companion.bench import (
     rows_to_entries,
     training_step_modes,
 )
+from companion.notebook import run_python
 from companion.pyfunc import native_blur, py_function_blur
 
 
@@ -606,6 +607,26 @@ def test_main_refuses_bad_flags_like_a_command_line_before_running_anything(argv
         and message in err
         and err.startswith("usage: python -m companion.bench")
     )
+
+
+@pytest.mark.parametrize(
+    "argv, status, shown",
+    [(["--help"], 0, "usage: python -m companion.bench"), (["--repeats", "0"], 2, "--repeats")],
+)
+def test_help_and_bad_flags_answer_before_tensorflow_is_imported(argv, status, shown):
+    # `python -m companion.bench --help` answers at once: TensorFlow takes seconds to import.
+    result = run_python(
+        "import runpy, sys\n"
+        f"sys.argv[1:] = {argv!r}\n"
+        "try:\n"
+        "    runpy.run_module('companion.bench', run_name='__main__')\n"
+        "except SystemExit as done:\n"
+        "    print('exit', done.code, 'tensorflow imported:', 'tensorflow' in sys.modules)\n"
+    )
+    assert result.stdout.splitlines()[-1] == f"exit {status} tensorflow imported: False", (
+        result.stdout + result.stderr
+    )
+    assert shown in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize(
