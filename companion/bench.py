@@ -1,13 +1,14 @@
 """Chapter 10's experiments and ``python -m companion.bench`` (``make bench``).
 
 The experiments time calls side by side with the harness of ``companion.timing`` (``compare``)
-and return rows (name, device, sizes, medians, spreads, reference, ratio): the blur through
-``py_function`` against ``native_blur`` as an op, inside a model and in a ``tf.data`` pipeline
-(``blur_op``, ``blur_in_model``, ``blur_pipeline``, each taking a mapping of blur methods);
-eager vs ``tf.function`` vs XLA training steps (``training_step_modes``); a per-image loop vs
-``tf.vectorized_map`` vs batched ops (``per_example_vs_batched``). Sizes scale with the device
-(``default_sizes``). ``python -m companion.bench`` (``make bench``) runs the headline ones with
-chapters 7 and 8's measures, prints a table and writes ``_build/bench.json``.
+and return ``Row`` records (name, device, sizes, medians, spreads, reference, ratio): the blur
+through ``py_function`` against ``native_blur`` as an op, inside a model and in a ``tf.data``
+pipeline (``blur_op``, ``blur_in_model``, ``blur_pipeline``, each taking a mapping of blur
+methods); eager vs ``tf.function`` vs XLA training steps (``training_step_modes``); a per-image
+loop vs ``tf.vectorized_map`` vs batched ops (``per_example_vs_batched``). Sizes scale with the
+device (``default_sizes``). ``python -m companion.bench`` (``make bench``) runs the headline
+ones with chapters 7 and 8's measures (``Entry`` records), prints a table and writes
+``_build/bench.json``.
 
 The harness's names (``time_call``, ``compare``, ``Timing``, ``fetch``, ``default_device``)
 are importable from here too, as the chapters import them.
@@ -16,13 +17,14 @@ are importable from here too, as the chapters import them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import statistics
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -92,6 +94,134 @@ QUICK_SIZES = {
 }
 
 
+class _Record(Mapping[str, Any]):
+    """A dataclass that also reads as a mapping of its fields: ``row["ratio"]``, ``dict(row)``."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _field_names(type(self)):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_field_names(type(self)))
+
+    def __len__(self) -> int:
+        return len(_field_names(type(self)))
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(cls))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Row(_Record):
+    """One experiment at one size, as the experiments of chapter 10 return it.
+
+    It reads as a mapping too (``row["ratio"]["py_function"]``, ``dict(row)``) and equals a
+    dict with the same items.
+
+    Attributes:
+        name: The experiment, e.g. ``"blur op"``.
+        device: The device string it ran on.
+        sizes: Its sizes, e.g. ``{"batch_size": 16, "image_size": 64}``.
+        medians: Seconds per call of each method (the figures compared).
+        spreads: Each method's interquartile range over its median (0.1 = 10 %).
+        reference: The method every ratio divides by.
+        ratio: Each method's median divided by the reference's (the reference's is 1.0).
+    """
+
+    name: str
+    device: str
+    sizes: dict[str, Any]
+    medians: dict[str, float]
+    spreads: dict[str, float]
+    reference: str
+    ratio: dict[str, float]
+
+    @classmethod
+    def measured(
+        cls,
+        name: str,
+        device: str,
+        sizes: Mapping[str, Any],
+        timings: Mapping[str, Timing],
+        reference: str,
+    ) -> Row:
+        """The row of ``timings`` (method -> ``Timing``) against the method ``reference``."""
+        medians = {method: timing.median for method, timing in timings.items()}
+        return cls(
+            name=name,
+            device=device,
+            sizes=dict(sizes),
+            medians=medians,
+            spreads={method: timing.spread for method, timing in timings.items()},
+            reference=reference,
+            ratio={method: median / medians[reference] for method, median in medians.items()},
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Entry(_Record):
+    """One measure as ``make bench`` prints it and writes it to its JSON file (``dict(entry)``).
+
+    Like ``Row``, it reads as a mapping too (``entry["ratio"]``).
+
+    Attributes:
+        name: What was measured, e.g. ``"py_function / native: blur op (batch 16, 64x64)"``.
+        ratio: ``custom_median / reference_median``.
+        custom_median: The median of the measured side, in ``unit``.
+        reference_median: The median of the side it is divided by, in ``unit``.
+        unit: The medians' unit, e.g. ``"ms"`` or ``"examples/s"``.
+        device: The device type it ran on, ``"CPU"`` or ``"GPU"``.
+        versions: The versions of TensorFlow, Keras and Python.
+        settings: The sizes and counts it ran with.
+    """
+
+    name: str
+    ratio: float
+    custom_median: float
+    reference_median: float
+    unit: str
+    device: str
+    versions: dict[str, str]
+    settings: dict[str, Any]
+
+    @classmethod
+    def measured(
+        cls,
+        name: str,
+        custom: float,
+        reference: float,
+        unit: str,
+        settings: Mapping[str, Any],
+        device: str | None = None,
+    ) -> Entry:
+        """The entry of two medians; ``device``: the device string they ran on (``None``:
+        TensorFlow's default device)."""
+        import keras
+        import tensorflow as tf
+
+        kind = tf.DeviceSpec.from_string(device or default_device()).device_type or "CPU"
+        return cls(
+            name=name,
+            ratio=custom / reference,
+            custom_median=custom,
+            reference_median=reference,
+            unit=unit,
+            device=kind.upper(),
+            versions={
+                "tensorflow": tf.__version__,
+                "keras": keras.__version__,
+                "python": sys.version.split()[0],
+            },
+            settings=dict(settings),
+        )
+
+
+#: What every experiment row holds (``rows_table`` and ``rows_to_entries`` read them all).
+ROW_KEYS = _field_names(Row)
+
 #: The models ``training_loop_vs_fit`` trains: ``(examples, batch size)`` by default for each.
 LOOP_MODELS = {"chapter 7": (1024, 64), "mlp": (4096, 128)}
 
@@ -145,7 +275,7 @@ def training_loop_vs_fit(
     epochs: int = 5,
     repeats: int = 5,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> Entry:
     """Training throughput (examples per second) of ``companion.training.fit`` and ``model.fit``.
 
     Both train the same model (one of ``LOOP_MODELS``: chapter 7's two-input classifier, or a
@@ -169,9 +299,8 @@ def training_loop_vs_fit(
         seed: Seed of the data and of the initial weights (0 to ``2**32 - 1``).
 
     Returns:
-        A dict with ``name``, ``ratio`` (custom / fit throughput), ``custom_median`` and
-        ``reference_median`` (``model.fit``'s; examples/s), ``unit``, ``device``, ``versions``
-        and the ``settings`` (``jit_compile`` included).
+        An ``Entry``: ``ratio`` is custom / fit throughput, the medians are examples/s, the
+        ``settings`` include ``jit_compile``.
 
     Raises:
         TypeError: If an argument has the wrong type.
@@ -233,7 +362,7 @@ def training_loop_vs_fit(
                 flush=True,
             )
     custom, keras_fit = (statistics.median(rates[name]) for name in runs)
-    return _entry(
+    return Entry.measured(
         f"custom training loop / model.fit ({model} model)",
         custom,
         keras_fit,
@@ -251,7 +380,7 @@ def training_loop_vs_fit(
 
 def adamw_step_time(
     *, batch_size: int = 64, steps: int = 50, repeats: int = 5, seed: int = 0
-) -> dict[str, Any]:
+) -> Entry:
     """Training-step time with ``companion.optimizers.AdamW`` next to ``keras.optimizers.AdamW``.
 
     Both train the chapter-7 model (``companion.models.functional_multimodal``, 32x32 images)
@@ -269,8 +398,7 @@ def adamw_step_time(
         seed: Seed of the data and of the initial weights (0 to ``2**32 - 1``).
 
     Returns:
-        A dict with ``name``, ``ratio`` (companion / Keras step time), ``custom_median`` and
-        ``reference_median`` (ms per step), ``unit``, ``device``, ``versions`` and ``settings``.
+        An ``Entry``: ``ratio`` is companion / Keras step time, the medians are ms per step.
 
     Raises:
         TypeError: If an argument is not an int.
@@ -325,7 +453,7 @@ def adamw_step_time(
                 flush=True,
             )
     custom, keras_median = (statistics.median(times[name]) * 1e3 for name in runs)
-    return _entry(
+    return Entry.measured(
         "companion AdamW / keras AdamW step time (ch. 8)",
         custom,
         keras_median,
@@ -335,9 +463,7 @@ def adamw_step_time(
 
 
 # ---------------------------------------------------------------------------------------------
-# The experiments of chapter 10. Each experiment returns rows:
-# dicts with ``name``, ``device``, ``sizes``, ``medians`` and ``spreads`` (seconds and relative
-# spread per method), ``reference`` (the method the others are divided by) and ``ratio``.
+# The experiments of chapter 10. Each returns a list of ``Row`` (one per size or model).
 
 
 def default_sizes(device: str | None = None) -> dict[str, Any]:
@@ -364,22 +490,6 @@ def default_sizes(device: str | None = None) -> dict[str, Any]:
     return dict(SIZES["GPU" if kind == "GPU" else "CPU"])
 
 
-def _row(
-    name: str, device: str, sizes: dict[str, Any], timings: Mapping[str, Timing], reference: str
-) -> dict[str, Any]:
-    """One experiment row: medians and spreads per method, and each median / the reference's."""
-    medians = {method: timing.median for method, timing in timings.items()}
-    return {
-        "name": name,
-        "device": device,
-        "sizes": dict(sizes),
-        "medians": medians,
-        "spreads": {method: timing.spread for method, timing in timings.items()},
-        "reference": reference,
-        "ratio": {method: median / medians[reference] for method, median in medians.items()},
-    }
-
-
 def _describe_sizes(sizes: Mapping[str, Any]) -> str:
     """``{"batch_size": 16, "image_size": 64}`` -> ``"batch 16, 64x64"``."""
     words = {"batch_size": "batch {}", "image_size": "{0}x{0}", "examples": "{} examples"}
@@ -396,10 +506,10 @@ def _measure(
     repeats: int,
     progress: bool,
     scope: str | None = None,
-) -> dict[str, Any]:
+) -> Row:
     """Compare ``calls`` (under ``scope``, default ``device``) and build the row; print it if
     ``progress``."""
-    row = _row(
+    row = Row.measured(
         name, device, sizes, compare(calls, repeats=repeats, device=scope or device), reference
     )
     if progress:
@@ -438,22 +548,19 @@ def _check_run(device: str | None, repeats: int, seed: int, progress: bool) -> s
     return resolve_device(device)
 
 
-def _blur_settings(
-    methods: Mapping[str, Callable[..., Any]] | None,
-    reference: str,
-    device: str,
-    image_sizes: Sequence[int] | None,
-    batch_size: int | None,
-) -> tuple[dict[str, Callable[..., Any]], tuple[int, ...], int]:
-    """The blur experiments' methods and sizes checked; ``None``: ``device``'s default sizes."""
-    sizes = default_sizes(device)
-    methods = _check_methods(methods, reference)
-    image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
-    return (
-        methods,
-        image_sizes,
-        _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", max(image_sizes)),
-    )
+def _resolve_sizes(defaults: Mapping[str, Any], **given: Any) -> dict[str, Any]:
+    """The size arguments ``given`` checked by ``_SIZE_CHECKS``, ``defaults[name]`` for ``None``;
+    in the order given (the order of a row's ``sizes``)."""
+    resolved: dict[str, Any] = {}
+    for name, check in _SIZE_CHECKS.items():
+        if name in given:
+            resolved[name] = check(_setting(given[name], defaults[name]), resolved)
+    return {name: resolved[name] for name in given}
+
+
+def _largest(sizes: Mapping[str, Any]) -> int:
+    """The largest image size resolved so far: it bounds a batch (``MAX_BATCH_BYTES``)."""
+    return max(sizes["image_sizes"]) if "image_sizes" in sizes else sizes["image_size"]
 
 
 def _check_image_size(size: Any, name: str) -> int:
@@ -475,6 +582,24 @@ def _check_batch(count: Any, name: str, image_size: int, minimum: int = 1) -> in
 
 def _setting(value: Any, default: Any) -> Any:
     return default if value is None else value
+
+
+#: How ``_resolve_sizes`` checks each size argument, given the sizes checked before it (in this
+#: order: a batch's limit depends on the image size).
+_SIZE_CHECKS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
+    "image_sizes": lambda value, got: _check_sizes(value, "image_sizes"),
+    "image_size": lambda value, got: _check_image_size(value, "image_size"),
+    "batch_size": lambda value, got: _check_batch(value, "batch_size", _largest(got)),
+    "examples": lambda value, got: _check_batch(
+        value, "examples", _largest(got), minimum=got["batch_size"]
+    ),
+    "batch_sizes": lambda value, got: check_sequence(
+        value,
+        "batch_sizes",
+        "a non-empty list or tuple of ints >= 1",
+        item=lambda size, name: _check_batch(size, name, _largest(got)),
+    ),
+}
 
 
 def _random_images(count: int, size: int, seed: int) -> np.ndarray:
@@ -537,7 +662,7 @@ def blur_op(
     repeats: int = 5,
     seed: int = 0,
     progress: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """Time each blur on one batch of images already in ``device``'s memory, per image size.
 
     Each method runs as a ``tf.function`` (one call per batch) and its result is fetched to
@@ -563,19 +688,18 @@ def blur_op(
     import tensorflow as tf
 
     device = _check_run(device, repeats, seed, progress)
-    methods, image_sizes, batch_size = _blur_settings(
-        methods, reference, device, image_sizes, batch_size
-    )
+    methods = _check_methods(methods, reference)
+    sizes = _resolve_sizes(default_sizes(device), image_sizes=image_sizes, batch_size=batch_size)
     graphs = {name: tf.function(method) for name, method in methods.items()}
     rows = []
-    for size in image_sizes:
-        images = _on(device, _random_images(batch_size, size, seed))
+    for size in sizes["image_sizes"]:
+        images = _on(device, _random_images(sizes["batch_size"], size, seed))
         calls = {name: functools.partial(graph, images) for name, graph in graphs.items()}
         rows.append(
             _measure(
                 "blur op",
                 device,
-                {"batch_size": batch_size, "image_size": size},
+                {"batch_size": sizes["batch_size"], "image_size": size},
                 calls,
                 reference,
                 repeats=repeats,
@@ -620,7 +744,7 @@ def blur_in_model(
     repeats: int = 5,
     seed: int = 0,
     progress: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """Time a model's forward pass with each blur as its first step, on ``device``, per image size.
 
     The model (blur, then the small CNN of ``training_step_modes``, the same weights for every
@@ -645,14 +769,13 @@ def blur_in_model(
     import tensorflow as tf
 
     device = _check_run(device, repeats, seed, progress)
-    methods, image_sizes, batch_size = _blur_settings(
-        methods, reference, device, image_sizes, batch_size
-    )
+    methods = _check_methods(methods, reference)
+    sizes = _resolve_sizes(default_sizes(device), image_sizes=image_sizes, batch_size=batch_size)
     rows = []
-    for size in image_sizes:
+    for size in sizes["image_sizes"]:
         with tf.device(device):
             head = _small_model("cnn", size, seed)
-        images = _on(device, _random_images(batch_size, size, seed))
+        images = _on(device, _random_images(sizes["batch_size"], size, seed))
         calls = {
             name: functools.partial(
                 tf.function(lambda x, blur=blur: head(blur(x), training=False)), images
@@ -663,7 +786,7 @@ def blur_in_model(
             _measure(
                 "blur in model",
                 device,
-                {"batch_size": batch_size, "image_size": size},
+                {"batch_size": sizes["batch_size"], "image_size": size},
                 calls,
                 reference,
                 repeats=repeats,
@@ -706,7 +829,7 @@ def blur_pipeline(
     repeats: int = 5,
     seed: int = 0,
     progress: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """Time one epoch of a ``tf.data`` pipeline that blurs each image, alone and feeding training.
 
     The pipeline maps each method over single images, batches and prefetches (``tf.data``
@@ -738,13 +861,11 @@ def blur_pipeline(
     import tensorflow as tf
 
     device = _check_run(device, repeats, seed, progress)
-    sizes = default_sizes(device)
     methods = _check_methods(methods, reference)
-    image_size = _check_image_size(_setting(image_size, sizes["image_size"]), "image_size")
-    batch_size = _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", image_size)
-    examples = _check_batch(
-        _setting(examples, sizes["examples"]), "examples", image_size, minimum=batch_size
+    settings = _resolve_sizes(
+        default_sizes(device), batch_size=batch_size, image_size=image_size, examples=examples
     )
+    batch_size, image_size, examples = settings.values()
     images = _random_images(examples, image_size, seed)
     labels = np.random.default_rng(seed).integers(0, 10, examples)
     with tf.device(device):
@@ -765,7 +886,6 @@ def blur_pipeline(
                 value = step(x, y)
         return value
 
-    settings = {"batch_size": batch_size, "image_size": image_size, "examples": examples}
     pipelines = {name: pipeline(blur) for name, blur in methods.items()}
     return [
         _measure(
@@ -796,7 +916,7 @@ def training_step_modes(
     repeats: int = 5,
     seed: int = 0,
     progress: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """Time one training step eagerly, as a ``tf.function`` and compiled with XLA, per model.
 
     Each mode trains its own copy of the model (same initial weights, Adam, cross-entropy)
@@ -826,15 +946,14 @@ def training_step_modes(
     import tensorflow as tf
 
     device = _check_run(device, repeats, seed, progress)
-    sizes = default_sizes(device)
     models = check_sequence(
         models,
         "models",
         "a non-empty list or tuple of 'mlp' and 'cnn'",
         item=lambda kind, name: check_choice(kind, name, ("mlp", "cnn")),
     )
-    image_size = _check_image_size(_setting(image_size, sizes["image_size"]), "image_size")
-    batch_size = _check_batch(_setting(batch_size, sizes["batch_size"]), "batch_size", image_size)
+    sizes = _resolve_sizes(default_sizes(device), batch_size=batch_size, image_size=image_size)
+    batch_size, image_size = sizes.values()
     x = _on(device, _random_images(batch_size, image_size, seed))
     y = _on(device, np.random.default_rng(seed).integers(0, 10, batch_size))
     rows = []
@@ -848,7 +967,7 @@ def training_step_modes(
             _measure(
                 f"{kind} training step",
                 device,
-                {"batch_size": batch_size, "image_size": image_size},
+                sizes,
                 calls,
                 "tf.function",
                 repeats=repeats,
@@ -904,7 +1023,7 @@ def per_example_vs_batched(
     repeats: int = 5,
     seed: int = 0,
     progress: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """Standardise each image of a batch: a Python loop, ``tf.vectorized_map``, batched ops.
 
     All three run as ``tf.function`` on the same batch in ``device``'s memory and give the
@@ -935,14 +1054,12 @@ def per_example_vs_batched(
     import tensorflow as tf
 
     device = _check_run(device, repeats, seed, progress)
-    sizes = default_sizes(device)
-    image_size = _check_image_size(_setting(image_size, sizes["per_image_size"]), "image_size")
-    batch_sizes = check_sequence(
-        _setting(batch_sizes, sizes["batch_sizes"]),
-        "batch_sizes",
-        "a non-empty list or tuple of ints >= 1",
-        item=lambda size, name: _check_batch(size, name, image_size),
-    )
+    defaults = default_sizes(device)
+    image_size, batch_sizes = _resolve_sizes(
+        {**defaults, "image_size": defaults["per_image_size"]},
+        image_size=image_size,
+        batch_sizes=batch_sizes,
+    ).values()
     graphs = {name: tf.function(method) for name, method in PER_EXAMPLE_METHODS.items()}
     rows = []
     for batch_size in batch_sizes:
@@ -970,7 +1087,7 @@ def compiled_blur_vs_opencv(
     repeats: int = 7,
     seed: int = 0,
     progress: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """Time chapter 11's compiled blur op against ``cv2.GaussianBlur`` called directly, on the CPU.
 
     Both blur the same batch (5x5, sigma from OpenCV's rule): the op takes it as a tensor,
@@ -996,11 +1113,11 @@ def compiled_blur_vs_opencv(
     from companion.kernels import cpp_blur
     from companion.pyfunc import cv2_blur
 
-    sizes = default_sizes(_check_run("/CPU:0", repeats, seed, progress))
-    image_sizes = _check_sizes(_setting(image_sizes, sizes["image_sizes"]), "image_sizes")
-    batch_size = _check_batch(
-        _setting(batch_size, sizes["batch_size"]), "batch_size", max(image_sizes)
-    )
+    image_sizes, batch_size = _resolve_sizes(
+        default_sizes(_check_run("/CPU:0", repeats, seed, progress)),
+        image_sizes=image_sizes,
+        batch_size=batch_size,
+    ).values()
     rows = []
     for size in image_sizes:
         images = _random_images(batch_size, size, seed)
@@ -1021,10 +1138,6 @@ def compiled_blur_vs_opencv(
             )
         )
     return rows
-
-
-#: What every experiment row holds (``rows_table`` and ``rows_to_entries`` read them all).
-ROW_KEYS = ("name", "device", "sizes", "medians", "spreads", "reference", "ratio")
 
 
 def _check_rows(rows: Any) -> tuple[Mapping[str, Any], ...]:
@@ -1072,14 +1185,14 @@ def rows_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def rows_to_entries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def rows_to_entries(rows: Sequence[Mapping[str, Any]]) -> list[Entry]:
     """``make bench`` entries from experiment rows: one per method other than the row's reference.
 
     Raises:
         TypeError, ValueError: If ``rows`` is not a list or tuple of experiment rows (none is fine).
     """
     return [
-        _entry(
+        Entry.measured(
             f"{method} / {row['reference']}: {row['name']} ({_describe_sizes(row['sizes'])})",
             median * 1e3,
             row["medians"][row["reference"]] * 1e3,
@@ -1093,38 +1206,6 @@ def rows_to_entries(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _entry(
-    name: str,
-    custom: float,
-    reference: float,
-    unit: str,
-    settings: dict[str, Any],
-    device: str | None = None,
-) -> dict[str, Any]:
-    """One measure as ``make bench`` reports it (and writes to ``_build/bench.json``).
-
-    ``device`` is the device string the measure ran on; ``None``: TensorFlow's default device.
-    """
-    import keras
-    import tensorflow as tf
-
-    kind = tf.DeviceSpec.from_string(device or default_device()).device_type or "CPU"
-    return {
-        "name": name,
-        "ratio": custom / reference,
-        "custom_median": custom,
-        "reference_median": reference,
-        "unit": unit,
-        "device": kind.upper(),
-        "versions": {
-            "tensorflow": tf.__version__,
-            "keras": keras.__version__,
-            "python": sys.version.split()[0],
-        },
-        "settings": settings,
-    }
-
-
 def _number(value: float) -> str:
     """A table cell: thousands separators for large numbers, two decimals for small ones."""
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
@@ -1132,7 +1213,7 @@ def _number(value: float) -> str:
 
 def main(
     argv: list[str] | None = None, *, blur_methods: Mapping[str, Callable[..., Any]] | None = None
-) -> list[dict[str, Any]]:
+) -> list[Entry]:
     """``python -m companion.bench``: run the benchmarks, print a table, write a JSON file.
 
     The headline experiments of chapter 10 (the blurs at two image sizes as an op, in a model and
@@ -1148,7 +1229,7 @@ def main(
             ``default_blur_methods()``. Must include ``"native"``, the reference.
 
     Returns:
-        The entries written to the JSON file, one per measure.
+        The entries written to the JSON file, one ``Entry`` per measure.
 
     Raises:
         TypeError: If ``argv`` is not a list of str or ``blur_methods`` not a mapping of callables.
@@ -1290,7 +1371,7 @@ def main(
     print(format_table(rows, ["ratio", "custom", "reference", "unit", "measure"]))
     output = args.output
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(entries, indent=2) + "\n")
+    output.write_text(json.dumps([dict(entry) for entry in entries], indent=2) + "\n")
     print(f"written to {output}")
     return entries
 

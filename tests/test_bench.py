@@ -1,4 +1,6 @@
+import dataclasses
 import inspect
+import json
 import re
 import time
 
@@ -8,8 +10,11 @@ import tensorflow as tf
 
 from companion.bench import (
     PER_EXAMPLE_METHODS,
+    ROW_KEYS,
     SIZES,
     STEP_MODES,
+    Entry,
+    Row,
     blur_in_model,
     blur_op,
     blur_pipeline,
@@ -52,8 +57,6 @@ def test_every_experiment_documents_each_of_its_arguments_once(experiment):
 
 @pytest.mark.slow  # runs every benchmark at its quick sizes (about 30 s)
 def test_main_prints_progress_a_table_and_writes_one_entry_per_measure(tmp_path, capsys):
-    import json
-
     from companion.bench import default_blur_methods, main
     from companion.pyfunc import numpy_function_blur
 
@@ -298,6 +301,19 @@ def test_rows_table_and_entries():
     assert entries[0]["custom_median"] == pytest.approx(rows[0]["medians"]["Python loop"] * 1e3)
     assert entries[0]["unit"] == "ms" and entries[0]["device"] == "CPU"
     assert entries[0]["settings"] == {"batch_size": 2, "image_size": 8}
+
+
+def test_rows_and_entries_are_records_that_read_as_dicts():
+    row = per_example_vs_batched(batch_sizes=[2], image_size=8, device="/CPU:0", repeats=1)[0]
+    assert isinstance(row, Row) and list(row) == list(ROW_KEYS) and len(row) == 7
+    assert row["ratio"] is row.ratio and row == dict(row) and dict(row)["name"] == row.name
+    with pytest.raises(KeyError):
+        row["median"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.name = "other"
+    entry = rows_to_entries([row])[0]
+    assert isinstance(entry, Entry) and entry.ratio == entry["ratio"]
+    assert json.loads(json.dumps(dict(entry))) == entry  # what make bench writes
 
 
 @pytest.mark.parametrize(
