@@ -1,1 +1,4 @@
-"""One bad-input table per companion module (``CASES``, optional ``EXEMPT``); see ``tests/badinput.py``."""
+"""One bad-input table per companion module (``CASES``, optional ``EXEMPT``).
+
+The engine that runs them is ``tests/badinput.py``.
+"""
