@@ -762,7 +762,9 @@ def blur_in_model(
         TypeError, ValueError: As ``blur_op``.
 
     Example:
-        >>> rows = blur_in_model(image_sizes=[8], batch_size=1, device="/CPU:0", repeats=1)
+        >>> rows = blur_in_model(
+        ...     image_sizes=[8], batch_size=1, device="/CPU:0", repeats=1
+        ... )
         >>> rows[0]["name"], rows[0]["sizes"]
         ('blur in model', {'batch_size': 1, 'image_size': 8})
     """

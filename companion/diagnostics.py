@@ -824,9 +824,10 @@ def first_nonfinite(
 
     Example:
         >>> import numpy as np
-        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, name="dense"),
-        ...                           keras.layers.Lambda(keras.ops.log, name="log")])
-        >>> model.layers[0].set_weights([-np.eye(2, dtype="float32"), np.zeros(2, "float32")])
+        >>> dense = keras.layers.Dense(2, name="dense")
+        >>> log = keras.layers.Lambda(keras.ops.log, name="log")
+        >>> model = keras.Sequential([keras.Input((2,)), dense, log])
+        >>> dense.set_weights([-np.eye(2, dtype="float32"), np.zeros(2, "float32")])
         >>> first_nonfinite(model, np.ones((1, 2), "float32"))
         'log'
     """
@@ -930,7 +931,7 @@ def gradient_norms(
         >>> dense = keras.layers.Dense(1, kernel_initializer="ones", name="d")
         >>> x, y = np.ones((1, 2), "float32"), np.zeros((1, 1), "float32")
         >>> norms = gradient_norms(dense, x, y, loss=keras.losses.MeanSquaredError())
-        >>> {path: round(norm, 3) for path, norm in norms.items()}    # d/dw (2 + b)^2 = 2*2
+        >>> {path: round(norm, 3) for path, norm in norms.items()}  # d/db (2 + b)^2 = 4
         {'d/bias': 4.0, 'd/kernel': 5.657}
     """
     return {
@@ -971,7 +972,8 @@ def first_nonfinite_gradient(
         >>> import numpy as np
         >>> dense = keras.layers.Dense(1, name="d")
         >>> x, y = np.ones((1, 2), "float32"), np.zeros((1, 1), "float32")
-        >>> sqrt_of_zero = lambda y, p: keras.ops.sum(keras.ops.sqrt(keras.ops.abs(p - p)))
+        >>> def sqrt_of_zero(y, p):
+        ...     return keras.ops.sum(keras.ops.sqrt(keras.ops.abs(p - p)))
         >>> first_nonfinite_gradient(dense, x, y, loss=sqrt_of_zero)
         'd/bias'
     """
@@ -1076,7 +1078,7 @@ def count_traces(fn: Callable[..., Any] | None = None, /, **tf_function_kwargs: 
         ... def scale(x, factor):
         ...     return x * factor
         >>> for factor in (1.0, 2.0, 2.0):
-        ...     _ = scale(tf.ones(3), factor)      # a Python float: one trace per new value
+        ...     _ = scale(tf.ones(3), factor)  # a Python float: a trace per new value
         >>> scale.traces, scale.signatures[-1]
         (2, 'x=float32[3], factor=2.0')
     """

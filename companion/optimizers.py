@@ -552,8 +552,9 @@ class TransformGradients(_Wrapper):
 
     Example:
         >>> variable = keras.Variable([3.0, -4.0], name="w")
-        >>> optimizer = TransformGradients(keras.optimizers.SGD(1.0), [ClipGlobalNorm(1.0)],
-        ...                                record_update_norms=True)
+        >>> optimizer = TransformGradients(
+        ...     keras.optimizers.SGD(1.0), [ClipGlobalNorm(1.0)], record_update_norms=True
+        ... )
         >>> _ = optimizer.apply_gradients([(ops.array([30.0, -40.0]), variable)])
         >>> norm = optimizer.transforms[0].norm
         >>> [round(float(w), 4) for w in variable.numpy()], round(float(norm), 4)
@@ -674,10 +675,11 @@ class Lookahead(_Wrapper):
 
     Example:
         >>> variable = keras.Variable([0.0])
-        >>> optimizer = Lookahead(keras.optimizers.SGD(1.0), sync_period=2, slow_step_size=0.5)
+        >>> inner = keras.optimizers.SGD(1.0)
+        >>> optimizer = Lookahead(inner, sync_period=2, slow_step_size=0.5)
         >>> for _ in range(2):
         ...     _ = optimizer.apply_gradients([(ops.array([-1.0]), variable)])
-        >>> float(variable.numpy()[0])   # fast weights reached 2.0, then went halfway back
+        >>> float(variable.numpy()[0])  # the fast weights reached 2.0, then went halfway
         1.0
     """
 
@@ -798,8 +800,8 @@ def polynomial_sparsity(
         ValueError: If a number is NaN, infinite or out of its range.
 
     Example:
-        >>> [round(polynomial_sparsity(t, target_sparsity=0.8, begin_step=0, end_step=10), 3)
-        ...  for t in (0, 5, 10, 20)]
+        >>> schedule = dict(target_sparsity=0.8, begin_step=0, end_step=10)
+        >>> [round(polynomial_sparsity(t, **schedule), 3) for t in (0, 5, 10, 20)]
         [0.0, 0.7, 0.8, 0.8]
     """
     target = check_fraction(target_sparsity, "target_sparsity", below_one=True)
@@ -896,7 +898,7 @@ class MagnitudePruning(keras.callbacks.Callback):
         >>> model.compile("adam", "mse")
         >>> x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
         >>> pruning = MagnitudePruning(0.75, begin_step=0, end_step=4, frequency=2)
-        >>> _ = model.fit(x, x[:, :4], batch_size=8, epochs=1, verbose=0, callbacks=[pruning])
+        >>> _ = model.fit(x, x[:, :4], batch_size=8, verbose=0, callbacks=[pruning])
         >>> sparsity(model)
         0.75
     """

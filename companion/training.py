@@ -943,9 +943,10 @@ def fit(
         >>> data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
         >>> dense = keras.layers.Dense(2, activation="softmax")
         >>> model = keras.Sequential([keras.Input((2,)), dense])
+        >>> loss = keras.losses.SparseCategoricalCrossentropy()
+        >>> accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
         >>> history = fit(model, data, optimizer=keras.optimizers.Adam(0.1), epochs=5,
-        ...               progress=False, loss=keras.losses.SparseCategoricalCrossentropy(),
-        ...               metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        ...               progress=False, loss=loss, metrics=[accuracy])
         >>> loss, accuracy = history["loss"], history["accuracy"]
         >>> sorted(history), loss[-1] < loss[0], accuracy[-1] > 0.9
         (['accuracy', 'loss'], True, True)
