@@ -159,6 +159,21 @@ def check_real(
     return number
 
 
+def check_clip_norm(clip_norm: Any) -> float | None:
+    """None, or a global norm that float32 holds: finite, and not so small that it rounds to 0."""
+    if clip_norm is None:
+        return None
+    # It lives in a float32 tensor: it must be finite there and must not round to 0.
+    smallest, largest = float(np.finfo(np.float32).tiny), dtype_max("float32")
+    number = check_real(clip_norm, "clip_norm", above=0, maximum=largest)
+    if number < smallest:
+        raise ValueError(
+            f"clip_norm: expected a finite number >= {smallest:g} (the smallest normal float32) "
+            f"and <= {largest:g}, got {describe(clip_norm)}"
+        )
+    return number
+
+
 def check_fraction(
     value: Any, name: str, *, above_zero: bool = False, below_one: bool = False
 ) -> float:

@@ -38,17 +38,17 @@ from companion._checks import (
     check_bool,
     check_callable,
     check_choice,
+    check_clip_norm,
     check_instance,
     check_int,
     check_path,
-    check_real,
     check_sequence,
     describe,
-    dtype_max,
+    float_tensor,
     is_real,
 )
 
-__all__ = ["NonFiniteError", "fit", "make_eval_step", "make_train_step"]
+__all__ = ["NonFiniteError", "clip_by_global_norm", "fit", "make_eval_step", "make_train_step"]
 
 #: One metric and where it reads: ``(output key or None for the whole output, metric, log name)``.
 MetricEntry = tuple[Any, keras.metrics.Metric, str]
@@ -60,9 +60,6 @@ READ_INTERVAL = 0.5
 #: The most epochs ``fit`` takes: a million passes over the data; more is a slip (``10**12`` would
 #: never end).
 MAX_EPOCHS = 10**6
-
-#: ``clip_norm`` lives in a float32 tensor: it must be finite there and must not round to 0.
-_CLIP_NORM_RANGE = (float(np.finfo(np.float32).tiny), dtype_max("float32"))
 
 #: The attribute of a model where ``fit`` keeps its traced functions (as ``model.fit`` keeps
 #: ``model.train_function``); set past Keras's attribute tracking, so it is neither a weight
@@ -289,20 +286,6 @@ def _check_element_spec(element_spec: Any) -> Any:
     return element_spec
 
 
-def _check_clip_norm(clip_norm: Any) -> float | None:
-    """None, or a global norm that float32 holds: finite, and not so small that it rounds to 0."""
-    if clip_norm is None:
-        return None
-    smallest, largest = _CLIP_NORM_RANGE
-    number = check_real(clip_norm, "clip_norm", above=0, maximum=largest)
-    if number < smallest:
-        raise ValueError(
-            f"clip_norm: expected a finite number >= {smallest:g} (the smallest normal float32) "
-            f"and <= {largest:g}, got {describe(clip_norm)}"
-        )
-    return number
-
-
 def _check_log_dir(log_dir: Any) -> str | None:
     """None, or a non-empty path that is a folder or can become one."""
     if log_dir is None:
@@ -460,18 +443,56 @@ def _update_metrics(entries: list[MetricEntry], y: Any, predictions: Any) -> Non
         )
 
 
-def _clip_by_global_norm(gradients: list[Any], clip_norm: float, loss_scale: Any) -> list[Any]:
+def _gradient(value: Any, name: str) -> Any:
+    """A gradient as the tape gives it: None, ``tf.IndexedSlices`` (kept sparse) or a tensor."""
+    if value is None or isinstance(value, tf.IndexedSlices):
+        return value
+    return float_tensor(value, name)
+
+
+def clip_by_global_norm(
+    gradients: Sequence[Any], clip_norm: float, loss_scale: Any = 1.0
+) -> list[Any]:
     """Scale every replica's gradients by ``min(1, clip_norm / norm)`` of the *summed* gradients.
 
-    The optimizer sums the replicas' gradients; clipping each replica's part by its own norm
-    would bound the wrong vector. With one replica the all-reduce is the identity. The gradients
-    are those of the loss times ``loss_scale`` (1 without a loss-scale optimizer). The norm is
-    divided by the scale and by ``clip_norm``, and clipped to 1: ``tf.clip_by_global_norm`` with
-    ``clip_norm`` itself computes ``1 / clip_norm``, which float32 flushes to 0 above about 8.5e37
-    (every gradient zeroed), and a limit multiplied by the scale overflows. Non-finite gradients
-    come out NaN (and are then refused, by the step or by a loss-scale optimizer).
+    For a training step that runs on each replica (``strategy.run``, Keras's ``train_step``):
+    the optimizer sums the replicas' gradients, and clipping each replica's part by its own norm
+    (as ``global_clipnorm`` does) would bound the wrong vector. With one replica the all-reduce
+    is the identity. The gradients are those of the loss times ``loss_scale`` (under a
+    ``LossScaleOptimizer``, ``optimizer.scale_loss(1.0)``). The norm is divided by the scale and
+    by ``clip_norm``, and clipped to 1: ``tf.clip_by_global_norm`` with ``clip_norm`` itself
+    computes ``1 / clip_norm``, which float32 flushes to 0 above about 8.5e37 (every gradient
+    zeroed), and a limit multiplied by the scale overflows. Non-finite gradients come out NaN.
+
+    Args:
+        gradients: A list of gradient tensors, None for a variable without one.
+        clip_norm: The largest global norm, as for :func:`fit`.
+        loss_scale: The factor the loss was multiplied by before taking gradients.
+
+    Returns:
+        The gradients, scaled (None where there was none).
+
+    Raises:
+        TypeError: If ``gradients`` is not a list or tuple, or ``clip_norm`` not a number.
+        ValueError: If ``gradients`` is empty or ``clip_norm`` is out of range.
+
+    Example:
+        >>> clipped = clip_by_global_norm([tf.constant([3.0, 4.0]), None], clip_norm=1.0)
+        >>> [round(float(v), 3) for v in clipped[0]], clipped[1]
+        ([0.6, 0.8], None)
     """
+    gradients = check_sequence(
+        gradients,
+        "gradients",
+        "a list of gradient tensors",
+        item=_gradient,
+    )
+    clip_norm = check_clip_norm(clip_norm)
+    if clip_norm is None:
+        raise TypeError("clip_norm: expected a finite number > 0, got NoneType None")
     present = [g for g in gradients if g is not None]
+    if not present:
+        return list(gradients)
     summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, present)
     relative = tf.linalg.global_norm(summed) / tf.cast(loss_scale, tf.float32) / clip_norm
     clipped, _ = tf.clip_by_global_norm(gradients, 1.0, use_norm=relative)
@@ -577,7 +598,7 @@ def make_train_step(
     _check_optimizer(optimizer)
     _check_loss(loss)
     entries = _metric_entries(metrics)
-    clip_norm = _check_clip_norm(clip_norm)
+    clip_norm = check_clip_norm(clip_norm)
     strategy = _check_strategy(strategy, model, optimizer)
     element_spec = _check_element_spec(element_spec)
     step = _train_step(model, optimizer, loss, entries, clip_norm, strategy)
@@ -611,7 +632,7 @@ def _train_step(
 
     def apply(gradients: list[Any]) -> None:
         if clip_norm is not None:
-            gradients = _clip_by_global_norm(
+            gradients = clip_by_global_norm(
                 gradients, clip_norm, optimizer.scale_loss(tf.constant(1.0))
             )
         optimizer.apply_gradients(zip(gradients, variables))
@@ -958,7 +979,7 @@ def fit(
     if validation_data is not None:
         validation_data = _check_pairs(validation_data, "validation_data")
     epochs = check_int(epochs, "epochs", minimum=1, maximum=MAX_EPOCHS)
-    clip_norm = _check_clip_norm(clip_norm)
+    clip_norm = check_clip_norm(clip_norm)
     progress = check_bool(progress, "progress")
     log_dir = _check_log_dir(log_dir)
     if on_epoch_end is not None:

@@ -23,6 +23,7 @@ import companion.kernels
 import companion.ops
 import companion.pyfunc
 from companion.diagnostics import simulated_gpu
+from companion.fitting import GuardedModel
 from companion.gradients import ClippedIdentity
 from companion.kernels import CppGaussianBlur
 from companion.layers import AdditiveGaussianNoise, CustomDense, ResidualBlock
@@ -55,6 +56,13 @@ def _vector_model(*body):
     return keras.Sequential([keras.Input((META,)), *body, keras.layers.Dense(CLASSES)])
 
 
+def _guarded_model():
+    """A GuardedModel in its Functional form: its own train_step under XLA and float16."""
+    inputs = keras.Input((META,))
+    hidden = keras.layers.Dense(6, activation="relu")(inputs)
+    return GuardedModel(inputs, keras.layers.Dense(CLASSES)(hidden), clip_norm=1.0)
+
+
 #: name -> (build the model, does XLA compile it, input kind). Layers without weights get a head.
 MODELS = {
     "CustomDense": (lambda: _vector_model(CustomDense(6, activation="relu")), True, "vector"),
@@ -69,6 +77,7 @@ MODELS = {
         True,
         "vector",
     ),
+    "GuardedModel": (_guarded_model, True, "vector"),
     "GaussianBlur": (lambda: _head(GaussianBlur(3)), True, "image"),
     "CppGaussianBlur": (lambda: _head(CppGaussianBlur(3)), False, "image"),
     "image_branch": (

@@ -2,7 +2,7 @@
 
 Floors, from the ground up: ``_checks`` (imports nothing of the package); the helpers
 (``notebook``, ``data``, ``timing``: only helpers); the chapter modules (chapters 1-5 never
-import chapters 6-8; none imports ``bench``); ``bench`` (chapter 10's experiments and the
+import chapters 6-9; none imports ``bench``); ``bench`` (chapter 10's experiments and the
 command line) on top. A new module must be placed on a floor here before its test passes.
 """
 
@@ -17,7 +17,7 @@ PACKAGE = Path(companion.__file__).parent
 CHECKS = {"_checks"}
 HELPERS = CHECKS | {"notebook", "data", "timing"}
 EARLY_CHAPTERS = {"introspection", "ops", "pyfunc", "tflite", "layers", "gradients"}  # chapters 1-5
-MIDDLE_CHAPTERS = {"models", "training", "optimizers"}  # chapters 6-8
+MIDDLE_CHAPTERS = {"models", "training", "fitting", "optimizers"}  # chapters 6-9
 CHAPTERS = EARLY_CHAPTERS | MIDDLE_CHAPTERS | {"diagnostics", "kernels"}
 TOP = {"bench", "__init__"}
 MODULES = sorted(path.stem for path in PACKAGE.glob("*.py"))
@@ -84,6 +84,6 @@ def test_chapter_modules_never_import_bench(module):
 
 
 @pytest.mark.parametrize("module", sorted(EARLY_CHAPTERS))
-def test_chapters_1_to_5_never_import_chapters_6_to_8(module):
+def test_chapters_1_to_5_never_import_chapters_6_to_9(module):
     later = imports_of(module) & MIDDLE_CHAPTERS
     assert not later, f"{module} imports {sorted(later)}"

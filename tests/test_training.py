@@ -1017,3 +1017,18 @@ def test_metrics_whose_names_clash_or_whose_keys_are_not_outputs_are_refused():
     ]:
         with pytest.raises(ValueError, match=match):
             fit_regression(two_weight_model(), regression_data(), metrics=metrics)
+
+
+def test_clip_by_global_norm_takes_what_a_tape_gives():
+    from companion.training import clip_by_global_norm
+
+    embedding = tf.IndexedSlices(tf.constant([[3.0, 0.0]]), tf.constant([1]), tf.constant([4, 2]))
+    dense = tf.constant([0.0, 4.0])
+    clipped = clip_by_global_norm([embedding, None, dense], clip_norm=1.0)
+    assert isinstance(clipped[0], tf.IndexedSlices) and clipped[1] is None
+    np.testing.assert_allclose(clipped[0].values.numpy(), [[0.6, 0.0]], rtol=1e-6)
+    np.testing.assert_allclose(clipped[2].numpy(), [0.0, 0.8], rtol=1e-6)
+    # Gradients of a loss scaled by 1024 are clipped as the unscaled ones are, and stay scaled.
+    scaled = clip_by_global_norm([dense * 1024], clip_norm=1.0, loss_scale=1024.0)
+    np.testing.assert_allclose(scaled[0].numpy(), [0.0, 1024.0], rtol=1e-6)
+    assert clip_by_global_norm([None], clip_norm=1.0) == [None]

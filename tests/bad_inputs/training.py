@@ -14,7 +14,14 @@ import numpy as np
 import tensorflow as tf
 from badinput import Bool, Case, Instance, Int, Kind, Real, Str, _is_real
 
-from companion.training import MAX_EPOCHS, NonFiniteError, fit, make_eval_step, make_train_step
+from companion.training import (
+    MAX_EPOCHS,
+    NonFiniteError,
+    clip_by_global_norm,
+    fit,
+    make_eval_step,
+    make_train_step,
+)
 
 X, Y = np.ones((4, 2), "float32"), np.ones((4, 1), "float32")
 
@@ -163,7 +170,38 @@ CAUSE = Kind(
     extra_bad=("not-a-cause",),
 )
 
+
+def _float_like(value):
+    try:
+        return np.issubdtype(np.asarray(value).dtype, np.floating)
+    except (TypeError, ValueError):
+        return False
+
+
+GRADIENTS = Kind(
+    "a list or tuple of float tensors or None",
+    lambda v: (
+        isinstance(v, (list, tuple, np.ndarray))
+        and len(v) >= 1
+        and all(g is None or _float_like(g) for g in v)
+    ),
+    extra_bad=([tf.constant([1, 2])],),
+)
+
 CASES = [
+    Case(
+        "clip_by_global_norm",
+        clip_by_global_norm,
+        lambda: {"gradients": [tf.constant([3.0, 4.0]), None], "clip_norm": 1.0},
+        {
+            "gradients": GRADIENTS,
+            "clip_norm": Kind(
+                "a number > 0 that float32 holds",
+                lambda v: v is not None and CLIP_NORM.accepts(v),
+                CLIP_NORM.extra_bad,
+            ),
+        },
+    ),
     Case(
         "fit",
         fit,

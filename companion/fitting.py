@@ -1,0 +1,414 @@
+"""Customising ``model.fit`` (chapter 8): a training step, a metric and a callback of our own.
+
+- :class:`GuardedModel`, a ``keras.Model`` whose ``train_step`` clips the gradients to a global
+  norm (of the gradient summed over the replicas, as the optimizer applies it) and skips a step
+  whose loss or gradients are not finite, leaving the weights and the optimizer's state as they
+  were. Everything else is Keras's: ``compile``, ``fit``, ``evaluate``, callbacks,
+  ``steps_per_execution``, ``tf.distribute`` strategies, mixed precision and ``.keras`` files.
+- :class:`ExpectedCalibrationError`, a streaming ``keras.metrics.Metric``.
+- :func:`find_learning_rate`, a learning-rate range test written as a ``keras.callbacks.Callback``.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import tensorflow as tf
+from keras.src.models.functional import Functional  # not exported by keras
+
+from companion._checks import (
+    check_clip_norm,
+    check_instance,
+    check_int,
+    check_real,
+    float_tensor,
+)
+from companion.training import clip_by_global_norm
+
+__all__ = [
+    "ExpectedCalibrationError",
+    "GuardedModel",
+    "LearningRateRange",
+    "find_learning_rate",
+]
+
+#: The most bins :class:`ExpectedCalibrationError` takes (each bin is three float32 counters).
+MAX_BINS = 100_000
+#: The most steps :func:`find_learning_rate` runs.
+MAX_RANGE_STEPS = 1_000_000
+
+
+def _replica_context() -> tf.distribute.ReplicaContext:
+    return tf.distribute.get_replica_context()
+
+
+def _nonfinite(value: Any) -> tf.Tensor:
+    """1.0 if ``value`` (a tensor, or a list of them) holds a NaN or an infinity, else 0.0."""
+    values = [v for v in tf.nest.flatten(value) if v is not None]
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in values])
+    return 1.0 - tf.cast(finite, tf.float32)
+
+
+def _apply_where(condition: tf.Tensor, optimizer: Any, gradients: list, variables: list) -> None:
+    """``optimizer.apply(gradients, variables)`` on every replica where ``condition`` holds.
+
+    ``condition`` must be the same on every replica. The branch runs in cross-replica context:
+    a strategy refuses a ``tf.cond`` inside a replica whose branch calls ``merge_call``, and
+    ``optimizer.apply`` does (Keras's ``LossScaleOptimizer`` takes the same route).
+    """
+
+    def cross_replica(strategy: tf.distribute.Strategy, gradients: Any, condition: Any) -> None:
+        def apply() -> None:
+            strategy.extended.call_for_each_replica(optimizer.apply, args=(gradients, variables))
+
+        first = strategy.experimental_local_results(condition)[0]
+        tf.cond(first, apply, lambda: None)
+
+    _replica_context().merge_call(cross_replica, args=(gradients, condition))
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class GuardedModel(keras.Model):
+    """A ``keras.Model`` whose training step clips gradients and skips non-finite steps.
+
+    Subclass it (write ``call``) or use it as a Functional model,
+    ``GuardedModel(inputs=..., outputs=..., clip_norm=1.0)`` (a subclass of it cannot take
+    inputs and outputs: Keras would rewrite this class's bases). Each training step:
+
+    1. computes the loss as ``model.fit`` does (``compute_loss``: the compiled loss, sample
+       weights, ``add_loss`` terms, divided among replicas) and its gradients;
+    2. if ``clip_norm`` is set, scales the gradients by ``min(1, clip_norm / norm)``, where
+       ``norm`` is the global norm of the gradient *summed over the replicas* (what the optimizer
+       applies; Keras's own ``global_clipnorm`` clips each replica's part separately);
+    3. applies them, unless the loss or a gradient is NaN or infinite on any replica: then the
+       weights, the optimizer's variables and the metrics are left as they were, and the
+       ``skipped_steps`` metric counts the step. Under a ``LossScaleOptimizer``
+       (``mixed_float16``) a step whose loss is finite but whose scaled gradients overflow goes to
+       the optimizer, which skips it and halves its loss scale, as in Keras's own step.
+
+    ``skipped_steps`` is reported with the other metrics: per epoch in ``fit`` (reset with them),
+    0 in ``evaluate``.
+
+    Args:
+        *args: What ``keras.Model`` takes (``inputs=``, ``outputs=`` for a Functional model).
+        clip_norm: The largest global norm of the summed gradient (> 0, a float32 normal number),
+            or None (no clipping).
+        **kwargs: What ``keras.Model`` takes (``name=``, ...).
+
+    Raises:
+        TypeError: If ``clip_norm`` is not a real number or None, or a subclass is called with
+            inputs and outputs.
+        ValueError: If it is not finite and positive in float32.
+    """
+
+    def __init__(self, *args: Any, clip_norm: float | None = None, **kwargs: Any) -> None:
+        clip_norm = check_clip_norm(clip_norm)  # before Keras builds a Functional graph
+        super().__init__(*args, **kwargs)
+        self._guard(clip_norm)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "GuardedModel":
+        # Called with inputs and outputs, keras.Model.__init__ makes the class (and each class
+        # above it) a Functional subclass for good: it rewrites their __bases__, and every later
+        # subclass that writes call() then breaks. The functional form gets a class of its own.
+        if _functional_arguments(args, kwargs) and not issubclass(cls, Functional):
+            if cls is not GuardedModel:
+                raise TypeError(
+                    f"{cls.__name__}: expected no inputs and outputs (a subclass of GuardedModel "
+                    f"writes call()), got inputs and outputs; Keras would turn GuardedModel into "
+                    f"a Functional class for the whole process. Use GuardedModel(inputs=..., "
+                    f"outputs=...) for a Functional model"
+                )
+            cls = _FunctionalGuardedModel
+        return super().__new__(cls, *args, **kwargs)
+
+    def _guard(self, clip_norm: float | None) -> None:
+        self.clip_norm = clip_norm
+        self.skipped_steps = keras.metrics.Sum(name="skipped_steps")
+
+    def train_step(self, data: Any) -> dict[str, Any]:
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x, y, y_pred, sample_weight, training=True)
+            scaled = self.optimizer.scale_loss(loss)
+        variables = self.trainable_variables  # after the call, which builds a subclass
+        gradients = tape.gradient(scaled, variables)
+        loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+        context = _replica_context()
+        bad_loss, bad_gradients = tf.unstack(
+            context.all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.stack([_nonfinite(loss), _nonfinite(gradients)])
+            )
+        )
+        if self.clip_norm is not None:
+            gradients = clip_by_global_norm(
+                gradients, self.clip_norm, self.optimizer.scale_loss(tf.constant(1.0))
+            )
+        step_ok = tf.equal(bad_loss + bad_gradients, 0.0)
+        # A loss-scale optimizer must see overflowing gradients: it lowers its scale then.
+        apply = tf.logical_and(tf.equal(bad_loss, 0.0), tf.logical_or(step_ok, loss_scaling))
+        _apply_where(apply, self.optimizer, gradients, variables)
+        tf.cond(step_ok, lambda: self._update_metrics(x, y, y_pred, sample_weight, loss), tf.no_op)
+        first_replica = tf.equal(context.replica_id_in_sync_group, 0)
+        self.skipped_steps.update_state(
+            tf.cast(tf.logical_and(first_replica, tf.logical_not(step_ok)), tf.float32)
+        )
+        return self.get_metrics_result()
+
+    def _update_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any, loss: Any) -> Any:
+        """Keras's updates of a step: the loss tracker (the loss of the whole batch) and the
+        compiled metrics."""
+        batch = tf.shape(tf.nest.flatten(x)[0])[0]
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss * replicas, sample_weight=batch)
+        self.compute_metrics(x, y, y_pred, sample_weight)
+        return tf.no_op()
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "clip_norm": self.clip_norm}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> "GuardedModel":
+        config = dict(config)
+        clip_norm = config.pop("clip_norm", None)
+        model = super().from_config(config, custom_objects=custom_objects)
+        model.clip_norm = check_clip_norm(clip_norm)
+        return model
+
+
+def _functional_arguments(args: tuple, kwargs: dict) -> bool:
+    """Whether a model is called with inputs and outputs (Keras's own test)."""
+    return (
+        len(args) == 2
+        or (len(args) == 1 and "outputs" in kwargs)
+        or {
+            "inputs",
+            "outputs",
+        }
+        <= set(kwargs)
+    )
+
+
+@keras.saving.register_keras_serializable(package="companion", name="FunctionalGuardedModel")
+class _FunctionalGuardedModel(GuardedModel, Functional):
+    """``GuardedModel(inputs=..., outputs=...)``: a Functional model with the guarded step.
+
+    Named ``GuardedModel`` for readers (its repr, its default layer name ``guarded_model``).
+    """
+
+    def __init__(self, *args: Any, clip_norm: float | None = None, **kwargs: Any) -> None:
+        clip_norm = check_clip_norm(clip_norm)
+        # What keras.Model.__init__ does with inputs and outputs, minus rewriting the classes.
+        keras.Model.__bases__[0].__init__(self)  # the backend's Trainer
+        Functional.__init__(self, *args, **kwargs)
+        self._guard(clip_norm)
+
+
+_FunctionalGuardedModel.__name__ = "GuardedModel"
+
+
+@keras.saving.register_keras_serializable(package="companion")
+class ExpectedCalibrationError(keras.metrics.Metric):
+    """Expected calibration error of a classifier's top-1 confidence, accumulated over batches.
+
+    The top-1 confidence ``max(y_pred)`` of each example falls in one of ``num_bins`` equal-width
+    bins over [0, 1] (a confidence of 1.0 in the last). With ``w`` the sample weights (1 by
+    default) and, per bin ``b``, ``W_b`` its total weight, ``acc_b`` and ``conf_b`` its weighted
+    accuracy and mean confidence, the result is ``sum_b (W_b / W) * |acc_b - conf_b|``. The
+    state is three weighted sums per bin, so the result over a dataset does not depend on how it
+    was split into batches or replicas.
+
+    Args:
+        num_bins: Number of bins, an int from 1 to ``MAX_BINS``.
+        name: The metric's name.
+        dtype: The dtype of the state (float32 by default).
+
+    Raises:
+        TypeError: If ``num_bins`` is not an int.
+        ValueError: If it is out of range.
+
+    Example:
+        >>> metric = ExpectedCalibrationError(num_bins=10)
+        >>> # class 0 at confidence 0.9 (right), class 0 at 0.7 (wrong: the label is 1)
+        >>> metric.update_state([0, 1], [[0.9, 0.1], [0.7, 0.3]])
+        >>> round(float(metric.result()), 4)  # (|1 - 0.9| + |0 - 0.7|) / 2
+        0.4
+    """
+
+    def __init__(
+        self, num_bins: int = 15, name: str = "expected_calibration_error", dtype: Any = None
+    ) -> None:
+        super().__init__(name=name, dtype=dtype)
+        self.num_bins = check_int(num_bins, "num_bins", minimum=1, maximum=MAX_BINS)
+        self.totals = {
+            key: self.add_variable((self.num_bins,), "zeros", name=key)
+            for key in ("weight", "correct", "confidence")
+        }
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Add a batch: ``y_true`` class ids ``(batch,)`` (or ``(batch, 1)``), ``y_pred``
+        probabilities ``(batch, classes)``, ``sample_weight`` ``(batch,)`` or None."""
+        y_pred = tf.cast(float_tensor(y_pred, "y_pred"), self.dtype)
+        if y_pred.shape.rank != 2:
+            raise ValueError(
+                f"y_pred: expected probabilities of shape (batch, classes), got shape "
+                f"{tuple(y_pred.shape)}"
+            )
+        y_true = tf.reshape(tf.cast(y_true, tf.int64), [-1])
+        confidence = tf.clip_by_value(tf.reduce_max(y_pred, axis=-1), 0.0, 1.0)
+        correct = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1), y_true), self.dtype)
+        weight = tf.ones_like(confidence)
+        if sample_weight is not None:
+            weight = tf.reshape(tf.cast(sample_weight, self.dtype), [-1]) * weight
+        bins = tf.minimum(tf.cast(confidence * self.num_bins, tf.int32), self.num_bins - 1)
+        for key, value in (
+            ("weight", weight),
+            ("correct", weight * correct),
+            ("confidence", weight * confidence),
+        ):
+            total = self.totals[key]
+            total.assign_add(tf.math.unsorted_segment_sum(value, bins, self.num_bins))
+
+    def result(self) -> tf.Tensor:
+        gaps = tf.abs(self.totals["correct"] - self.totals["confidence"])
+        return tf.math.divide_no_nan(tf.reduce_sum(gaps), tf.reduce_sum(self.totals["weight"]))
+
+    def reset_state(self) -> None:
+        for total in self.totals.values():
+            total.assign(tf.zeros_like(total))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "num_bins": self.num_bins}
+
+
+@dataclass(frozen=True)
+class LearningRateRange:
+    """What :func:`find_learning_rate` measured.
+
+    Attributes:
+        learning_rates: The learning rate of each step, growing geometrically.
+        losses: The loss of each step's batch (before that step's update).
+        suggestion: A learning rate a tenth of the one where the smoothed loss was lowest,
+            within ``[min_lr, max_lr]``.
+        diverged: Whether the test stopped early because the loss blew up.
+    """
+
+    learning_rates: list[float]
+    losses: list[float]
+    suggestion: float
+    diverged: bool
+
+    def plot(self, ax: Any = None) -> Any:
+        """Loss against learning rate (log scale), the suggestion marked; returns the axes."""
+        import matplotlib.pyplot as plt
+
+        ax = plt.subplots(figsize=(6, 3.5))[1] if ax is None else ax
+        ax.plot(self.learning_rates, self.losses)
+        ax.axvline(self.suggestion, color="tab:red", linestyle="--", label="suggestion")
+        ax.set(xscale="log", xlabel="learning rate", ylabel="loss of the batch")
+        ax.legend()
+        return ax
+
+
+class _RangeTest(keras.callbacks.Callback):
+    """Sets a growing learning rate before each batch and records the batch's loss."""
+
+    def __init__(self, rates: list[float], divergence: float) -> None:
+        super().__init__()
+        self.rates, self.divergence = rates, divergence
+        self.losses: list[float] = []
+        self.diverged = False
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self.model.reset_metrics()  # so that logs["loss"] is this batch's, not the epoch's mean
+        self.model.optimizer.learning_rate = self.rates[len(self.losses)]
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        loss = float(logs["loss"])
+        self.losses.append(loss)
+        if not math.isfinite(loss) or loss > self.divergence * min(self.losses):
+            self.diverged = True
+            self.model.stop_training = True
+
+
+def find_learning_rate(
+    model: keras.Model,
+    dataset: tf.data.Dataset,
+    *,
+    min_lr: float = 1e-6,
+    max_lr: float = 1.0,
+    steps: int = 100,
+) -> LearningRateRange:
+    """Learning-rate range test (Smith, 2017): train briefly with a growing rate, then undo it.
+
+    The learning rate grows geometrically from ``min_lr`` to ``max_lr`` over ``steps`` batches
+    of ``dataset`` (repeated if it is shorter); the test stops early when the loss is not finite
+    or above 4 times the lowest seen. Afterwards the model's weights, its optimizer's variables
+    and its learning rate are exactly as they were (an optimizer not built yet is built first).
+
+    Args:
+        model: A compiled ``keras.Model`` whose optimizer has a plain (not scheduled) learning
+            rate.
+        dataset: A batched ``tf.data.Dataset`` of ``(inputs, targets)``, as for ``model.fit``.
+        min_lr: The first learning rate (> 0).
+        max_lr: The last learning rate (> ``min_lr``).
+        steps: Number of batches, an int from 2 to ``MAX_RANGE_STEPS``.
+
+    Returns:
+        A :class:`LearningRateRange`: rates, losses, a suggestion, whether the loss diverged.
+
+    Raises:
+        TypeError: If an argument has the wrong type.
+        ValueError: If the model is not compiled, its learning rate is a schedule, or a number
+            is out of range.
+    """
+    check_instance(model, "model", keras.Model, "a keras.Model")
+    check_instance(dataset, "dataset", tf.data.Dataset, "a tf.data.Dataset")
+    min_lr = check_real(min_lr, "min_lr", above=0, dtype="float32")
+    max_lr = check_real(max_lr, "max_lr", above=min_lr, dtype="float32")
+    steps = check_int(steps, "steps", minimum=2, maximum=MAX_RANGE_STEPS)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        raise ValueError("model: expected a compiled model (model.compile(...)), got no optimizer")
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    schedule = inner.get_config()["learning_rate"]  # a schedule's config is a dict
+    if isinstance(schedule, dict):
+        raise ValueError(
+            f"model: expected an optimizer with a plain learning rate, got a schedule "
+            f"({schedule.get('class_name')}); compile with a number for the test"
+        )
+    if not optimizer.built:
+        optimizer.build(model.trainable_variables)
+    saved = [v.numpy() for v in model.variables + optimizer.variables]
+    rates = [min_lr * (max_lr / min_lr) ** (i / (steps - 1)) for i in range(steps)]
+    test = _RangeTest(rates, divergence=4.0)
+    try:
+        model.fit(
+            dataset.repeat(), steps_per_epoch=steps, callbacks=[test], verbose=0, shuffle=False
+        )
+    finally:
+        for variable, value in zip(model.variables + optimizer.variables, saved):
+            variable.assign(value)
+    losses = test.losses
+    return LearningRateRange(
+        learning_rates=rates[: len(losses)],
+        losses=losses,
+        suggestion=_suggestion(rates[: len(losses)], losses, min_lr),
+        diverged=test.diverged,
+    )
+
+
+def _suggestion(rates: list[float], losses: list[float], min_lr: float) -> float:
+    """A tenth of the rate where the exponentially smoothed loss (0.9, bias-corrected) is
+    lowest, never below ``min_lr``."""
+    smoothed, average = [], 0.0
+    for i, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            break
+        average = 0.9 * average + 0.1 * loss
+        smoothed.append(average / (1 - 0.9 ** (i + 1)))
+    best = min(range(len(smoothed)), key=smoothed.__getitem__) if smoothed else 0
+    return max(min_lr, rates[best] / 10)
