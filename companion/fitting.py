@@ -172,6 +172,7 @@ class GuardedModel(keras.Model):
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> "GuardedModel":
+        """The model ``get_config`` describes, in its form, with its ``clip_norm``."""
         config = dict(config)
         clip_norm = config.pop("clip_norm", None)
         model = super().from_config(config, custom_objects=custom_objects)
