@@ -1,4 +1,4 @@
-"""Chapter 10's experiments and ``python -m companion.bench`` (``make bench``).
+"""Chapter 11's experiments and ``python -m companion.bench`` (``make bench``).
 
 The experiments time calls side by side with the harness of ``companion.timing`` (``compare``)
 and return ``Row`` records (name, device, sizes, medians, spreads, reference, ratio): the blur
@@ -7,7 +7,7 @@ pipeline (``blur_op``, ``blur_in_model``, ``blur_pipeline``, each taking a mappi
 methods); eager vs ``tf.function`` vs XLA training steps (``training_step_modes``); a per-image
 loop vs ``tf.vectorized_map`` vs batched ops (``per_example_vs_batched``). Sizes scale with the
 device (``default_sizes``). ``python -m companion.bench`` (``make bench``) runs the headline
-ones with chapters 7 and 8's measures (``Entry`` records), prints a table and writes
+ones with chapters 7 and 9's measures (``Entry`` records), prints a table and writes
 ``_build/bench.json``.
 
 The harness's names (``time_call``, ``compare``, ``Timing``, ``fetch``, ``default_device``)
@@ -116,7 +116,7 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Row(_Record):
-    """One experiment at one size, as the experiments of chapter 10 return it.
+    """One experiment at one size, as the experiments of chapter 11 return it.
 
     It reads as a mapping too (``row["ratio"]["py_function"]``, ``dict(row)``) and equals a
     dict with the same items.
@@ -454,7 +454,7 @@ def adamw_step_time(
             )
     custom, keras_median = (statistics.median(times[name]) * 1e3 for name in runs)
     return Entry.measured(
-        "companion AdamW / keras AdamW step time (ch. 8)",
+        "companion AdamW / keras AdamW step time (ch. 9)",
         custom,
         keras_median,
         "ms/step",
@@ -463,7 +463,7 @@ def adamw_step_time(
 
 
 # ---------------------------------------------------------------------------------------------
-# The experiments of chapter 10. Each returns a list of ``Row`` (one per size or model).
+# The experiments of chapter 11. Each returns a list of ``Row`` (one per size or model).
 
 
 def default_sizes(device: str | None = None) -> dict[str, Any]:
@@ -1090,7 +1090,7 @@ def compiled_blur_vs_opencv(
     seed: int = 0,
     progress: bool = False,
 ) -> list[Row]:
-    """Time chapter 11's compiled blur op against ``cv2.GaussianBlur`` called directly, on the CPU.
+    """Time chapter 12's compiled blur op against ``cv2.GaussianBlur`` called directly, on the CPU.
 
     Both blur the same batch (5x5, sigma from OpenCV's rule): the op takes it as a tensor,
     OpenCV as a NumPy array, image by image, as ``companion.pyfunc.cv2_blur`` does. Each call
@@ -1106,7 +1106,7 @@ def compiled_blur_vs_opencv(
 
     Returns:
         One row per image size (name ``"compiled blur"``, reference ``"OpenCV"``); the goal of
-        chapter 11 is ``ratio["C++ op"] <= 1.3``.
+        chapter 12 is ``ratio["C++ op"] <= 1.3``.
 
     Raises:
         TypeError, ValueError: For a bad size or count.
@@ -1218,10 +1218,10 @@ def main(
 ) -> list[Entry]:
     """``python -m companion.bench``: run the benchmarks, print a table, write a JSON file.
 
-    The headline experiments of chapter 10 (the blurs at two image sizes as an op, in a model and
+    The headline experiments of chapter 11 (the blurs at two image sizes as an op, in a model and
     in a ``tf.data`` pipeline; eager vs ``tf.function`` vs XLA training steps; a per-image loop
-    vs ``tf.vectorized_map`` vs batched ops), chapter 11's compiled blur vs OpenCV, then chapter 7's
-    custom loop vs ``model.fit`` (on its model and a small MLP) and chapter 8's AdamW vs Keras's.
+    vs ``tf.vectorized_map`` vs batched ops), chapter 12's compiled blur vs OpenCV, then chapter 7's
+    custom loop vs ``model.fit`` (on its model and a small MLP) and chapter 9's AdamW vs Keras's.
     Progress is printed as it goes.
 
     Args:
@@ -1327,7 +1327,7 @@ def main(
             ),
         ),
         (
-            "compiled C++ blur vs OpenCV (chapter 11, CPU)",
+            "compiled C++ blur vs OpenCV (chapter 12, CPU)",
             lambda: compiled_blur_vs_opencv(
                 image_sizes=headline_sizes,
                 batch_size=sizes["batch_size"],
@@ -1354,7 +1354,7 @@ def main(
     ]
     print(
         f"[{len(experiments) + 2}/{len(experiments) + 2}] "
-        "companion AdamW vs keras AdamW (chapter 8):",
+        "companion AdamW vs keras AdamW (chapter 9):",
         flush=True,
     )
     entries.append(adamw_step_time(repeats=args.repeats))

@@ -1,4 +1,4 @@
-"""Custom optimizers on the Keras 3 API (chapter 8): AdamW written out, gradient transforms that
+"""Custom optimizers on the Keras 3 API (chapter 9): AdamW written out, gradient transforms that
 chain in front of any optimizer, magnitude pruning, a debug recorder of update norms, Lookahead.
 
 Keras 3 optimizers are written with three methods: ``build(variables)`` creates the slot
