@@ -350,9 +350,8 @@ def training_loop_vs_fit(
         run()  # traces the step: a one-off cost
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for repeat in range(repeats):
-        for name, run in list(runs.items())[
-            :: 1 if repeat % 2 == 0 else -1
-        ]:  # ABBA: neither always first
+        # ABBA: neither always first
+        for name, run in list(runs.items())[:: 1 if repeat % 2 == 0 else -1]:
             start = time.perf_counter()
             run()
             rates[name].append(epochs * examples / (time.perf_counter() - start))

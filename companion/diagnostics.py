@@ -359,9 +359,8 @@ def _registry_entries(serialized: Any) -> Iterator[tuple[str, str]]:
     if isinstance(serialized, dict):
         if _is_serialized_object(serialized):
             name, module = serialized["class_name"], serialized.get("module")
-            if name == "function" and not (module or "").startswith(
-                "keras"
-            ):  # Keras's own are strings
+            # Keras's own are strings
+            if name == "function" and not (module or "").startswith("keras"):
                 yield "function", str(serialized["config"])
             elif not _is_keras_marker(name) and not _is_keras_module(module):
                 yield "class", serialized.get("registered_name") or name

@@ -68,9 +68,8 @@ def _bound(value: Any, name: str, x: tf.Tensor) -> tf.Tensor:
             f" got shape {bound.shape}"
         )
     known = tf.get_static_value(bound)
-    if known is not None and not np.all(
-        np.abs(known.astype(np.float64)) <= dtype_max(x.dtype)
-    ):  # NaN: False
+    # NaN: False
+    if known is not None and not np.all(np.abs(known.astype(np.float64)) <= dtype_max(x.dtype)):
         raise ValueError(
             f"{name}: expected finite values that {x.dtype.name} holds, got {describe(known)}"
         )
@@ -83,9 +82,8 @@ def _check_order(low: tf.Tensor, high: tf.Tensor, clip_min: Any, clip_max: Any) 
     Else by an op that runs first.
     """
     known_low, known_high = tf.get_static_value(low), tf.get_static_value(high)
-    if (
-        known_low is None or known_high is None
-    ):  # (no repr here: a Keras 3.10 variable's reads its value)
+    # (no repr here: a Keras 3.10 variable's reads its value)
+    if known_low is None or known_high is None:
         tf.debugging.assert_less(
             low, high, message="clip_min: expected values below clip_max element-wise"
         )
@@ -362,9 +360,8 @@ def default_delta(dtype: Any) -> float:
         True
     """
     what = "float16, float32 or float64 (a name, NumPy or TensorFlow dtype)"
-    check_instance(
-        dtype, "dtype", (str, type, np.dtype, tf.DType), what
-    )  # tf.as_dtype(1) is float32
+    # tf.as_dtype(1) is float32
+    check_instance(dtype, "dtype", (str, type, np.dtype, tf.DType), what)
     try:
         checked = tf.as_dtype(dtype)
     except TypeError:

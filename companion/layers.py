@@ -379,9 +379,8 @@ class ResidualBlock(keras.layers.Layer):
 
     def call(self, inputs: Any) -> Any:
         shortcut = inputs if self.projection is None else self.projection(inputs)
-        return (
-            self.output_dense(self.hidden(inputs)) + shortcut
-        )  # not ops.add: see AdditiveGaussianNoise
+        # not ops.add: see AdditiveGaussianNoise
+        return self.output_dense(self.hidden(inputs)) + shortcut
 
     def compute_output_shape(self, input_shape: tuple[int | None, ...]) -> tuple[int | None, ...]:
         return tuple(input_shape[:-1]) + (self.units,)

@@ -230,9 +230,8 @@ def functional_multimodal(
     meta_dim = _check_width(meta_dim, "meta_dim")
     num_classes = _check_width(num_classes, "num_classes", minimum=2)
     filters = _check_widths(filters, "filters", 2)
-    image_units = _check_width(
-        image_units, "image_units"
-    )  # named here: image_branch calls it units
+    # named here: image_branch calls it units
+    image_units = _check_width(image_units, "image_units")
     meta_units = _check_widths(meta_units, "meta_units", 2)
     fused_units = _check_width(fused_units, "fused_units")
     name = check_str(name, "name")

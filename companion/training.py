@@ -649,9 +649,8 @@ def _train_step(
             tf.math.is_finite(tf.cast(optimizer.learning_rate, tf.float32)),
         )
 
-        def apply_all() -> (
-            tf.Tensor
-        ):  # run in cross-replica context: the optimizer's merge_call needs it
+        # run in cross-replica context: the optimizer's merge_call needs it
+        def apply_all() -> tf.Tensor:
             strategy.run(apply, args=(gradients,))
             return _all_finite(variables)
 
@@ -813,9 +812,8 @@ def _cached(
     functions = vars(model).get(_CACHE)
     if functions is None:
         functions = {}
-        object.__setattr__(
-            model, _CACHE, functions
-        )  # past Keras's tracking: not a weight, not saved
+        # past Keras's tracking: not a weight, not saved
+        object.__setattr__(model, _CACHE, functions)
     if kind not in functions or functions[kind][0] != key:
         functions[kind] = (key, keep, make())
     return functions[kind][2]

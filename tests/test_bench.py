@@ -61,10 +61,11 @@ def test_main_prints_progress_a_table_and_writes_one_entry_per_measure(tmp_path,
     from companion.pyfunc import numpy_function_blur
 
     output = tmp_path / "bench.json"
+    # one line adds a method
     methods = {
         **default_blur_methods(),
         "numpy_function": numpy_function_blur,
-    }  # one line adds a method
+    }
     entries = main(
         [
             "--output",
@@ -509,10 +510,11 @@ def test_a_wrong_type_is_a_type_error_and_a_wrong_value_a_value_error(run, error
             lambda: blur_op(image_sizes=[10**5], device="/CPU:0"),
             r"^image_sizes\[0\]: expected an int >= 8 and <= 4096",
         ),
+        # 1 GiB of 4096x4096 float32 RGB images
         (
             lambda: blur_op(image_sizes=[4096], batch_size=64, device="/CPU:0"),
             r"^batch_size: expected an int >= 1 and <= 5, got int 64$",
-        ),  # 1 GiB of 4096x4096 float32 RGB images
+        ),
         (
             lambda: blur_pipeline(image_size=8, examples=10**9, batch_size=1, device="/CPU:0"),
             r"^examples: expected an int >= 1 and <= ",

@@ -109,11 +109,18 @@ def probe(url):
     assert browser, "chromium is not installed: `make test` installs it (apt-get install chromium)"
     # A fresh profile each time: a cached stylesheet from an earlier build must not be measured.
     with tempfile.TemporaryDirectory() as profile:
+        # fmt: skip
         command = [
-            browser, "--headless=new", "--no-sandbox", "--disable-gpu",
-            f"--window-size={WINDOW}", "--virtual-time-budget=5000",
-            f"--user-data-dir={profile}", "--dump-dom", url,
-        ]  # fmt: skip
+            browser,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--window-size={WINDOW}",
+            "--virtual-time-budget=5000",
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            url,
+        ]
         dom = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
     found = re.search(r'data-probe="([^"]*)"', dom)
     assert found, f"the probe did not run on {url}"

@@ -598,9 +598,8 @@ def test_check_variable_batch_names_a_sample_the_layer_cannot_take():
         ValueError,
         match=r"^sample_input: expected an input .* accepts, got ndarray of shape \(4, 5\)",
     ):
-        check_variable_batch(
-            dense, np.ones((4, 5), "float32")
-        )  # before: reported as a tracing problem
+        # before: reported as a tracing problem
+        check_variable_batch(dense, np.ones((4, 5), "float32"))
     with pytest.raises(
         ValueError,
         match=r"^sample_input: expected an array, or a list, tuple or dict of arrays "

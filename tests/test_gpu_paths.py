@@ -176,9 +176,8 @@ def _one_step(model, kind, optimizer, *, gpu, callbacks=()):
     """Compile (as on a GPU when ``gpu``), fit one batch; the loss and the weights before/after."""
     x, y = _data(kind)
     model(x)  # build
-    logits = (
-        model.layers[-1].get_config().get("activation") != "softmax"
-    )  # chapter 6's models: softmax
+    # chapter 6's models: softmax
+    logits = model.layers[-1].get_config().get("activation") != "softmax"
     with simulated_gpu() if gpu else contextlib.nullcontext():
         model.compile(
             optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=logits)

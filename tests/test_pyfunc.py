@@ -269,9 +269,8 @@ def test_an_empty_batch_passes_a_model_with_the_layer_in_fit_and_predict_on_batc
 def test_reflect_padding_by_slices_still_equals_opencv_at_the_smallest_sizes(
     ksize, sigma, random_images, opencv_blur
 ):
-    images = random_images(
-        (2, ksize // 2 + 1, ksize // 2 + 2, 2)
-    )  # the smallest images reflect padding takes
+    # the smallest images reflect padding takes
+    images = random_images((2, ksize // 2 + 1, ksize // 2 + 2, 2))
     np.testing.assert_allclose(
         native_blur(images, ksize, sigma), opencv_blur(images, ksize, sigma), atol=1e-6
     )

@@ -19,9 +19,8 @@ def export(tmp_path, layer, shape=(8, 8, 3)):
 
 
 def test_a_keras_layer_converts_and_runs_like_keras(tmp_path):
-    model, path = export(
-        tmp_path, GaussianBlur(ksize=3)
-    )  # a layer inside a model, exported by Keras
+    # a layer inside a model, exported by Keras
+    model, path = export(tmp_path, GaussianBlur(ksize=3))
     images = np.random.default_rng(0).random((2, 8, 8, 3), dtype=np.float32)
     assert np.abs(run(convert(path), images) - model(images).numpy()).max() < 1e-5
 
@@ -134,8 +133,7 @@ def test_bad_input_is_named(tmp_path, call, error, match):
 
 def test_run_lets_the_interpreters_error_for_an_unresolved_custom_op_through(tmp_path):
     _, path = export(tmp_path, keras.layers.Lambda(py_function_blur))
-    custom = convert(
-        path, select_tf_ops=True, custom_ops=True
-    )  # EagerPyFunc goes in as a custom op
+    # EagerPyFunc goes in as a custom op
+    custom = convert(path, select_tf_ops=True, custom_ops=True)
     with pytest.raises(RuntimeError, match="unresolved custom op: EagerPyFunc"):
         run(custom, np.ones((1, 8, 8, 3), "float32"))

@@ -691,9 +691,8 @@ def test_an_overflowing_step_is_skipped_by_the_loss_scale_optimizer_and_training
     assert kernels["fit"] == kernels["model.fit"] == pytest.approx(0.8, abs=1e-7)
     assert float(optimizer.dynamic_scale) == 2.0**14 and int(optimizer.iterations) == 1
 
-    clipped = (
-        one_weight_model()
-    )  # clipping applies to the unscaled gradients: 0.1 * 0.5 moves by 0.05
+    # clipping applies to the unscaled gradients: 0.1 * 0.5 moves by 0.05
+    clipped = one_weight_model()
     fit(
         clipped,
         constant_data(0.5, steps=1),
@@ -704,9 +703,8 @@ def test_an_overflowing_step_is_skipped_by_the_loss_scale_optimizer_and_training
     )
     assert float(clipped.layers[0].kernel.numpy()[0, 0]) == pytest.approx(0.99, abs=1e-7)
 
-    nan_target = constant_data(
-        0.5, steps=3, targets=[0.0, np.nan, 0.0]
-    )  # a non-finite loss is still ours
+    # a non-finite loss is still ours
+    nan_target = constant_data(0.5, steps=3, targets=[0.0, np.nan, 0.0])
     with pytest.raises(NonFiniteError, match=r"^loss is nan at epoch 1, step 2"):
         fit(
             one_weight_model(),
@@ -835,9 +833,8 @@ def test_nan_in_the_validation_data_stops_naming_it_not_a_silent_nan_val_loss():
         )
     assert info.value.cause == "val_loss" and (info.value.epoch, info.value.step) == (1, 2)
     assert isinstance(info.value, FloatingPointError) and info.value.history == {}
-    fit_regression(
-        reference, regression_data()
-    )  # the message is true: the model keeps epoch 1's weights
+    # the message is true: the model keeps epoch 1's weights
+    fit_regression(reference, regression_data())
     assert max_difference(model, reference) == 0.0
 
 
