@@ -1,9 +1,9 @@
 """The companion's layering, read from the imports of its source (imports inside functions too).
 
 Floors, from the ground up: ``_checks`` (imports nothing of the package); the helpers
-(``notebook``, ``data``, ``timing``: only helpers); the chapter modules (chapters 1-5 never
-import chapters 6-9; none imports ``bench``); ``bench`` (chapter 10's experiments and the
-command line) on top. A new module must be placed on a floor here before its test passes.
+(``notebook``, ``data``, ``timing``, ``cluster``: only helpers); the chapter modules (chapters
+1-5 never import chapters 6-9; none imports ``bench``); ``bench`` (chapter 11's experiments and
+the command line) on top. A new module must be placed on a floor here before its test passes.
 """
 
 import ast
@@ -15,7 +15,7 @@ import companion
 
 PACKAGE = Path(companion.__file__).parent
 CHECKS = {"_checks"}
-HELPERS = CHECKS | {"notebook", "data", "timing"}
+HELPERS = CHECKS | {"notebook", "data", "timing", "cluster"}
 EARLY_CHAPTERS = {"introspection", "ops", "pyfunc", "tflite", "layers", "gradients"}  # chapters 1-5
 MIDDLE_CHAPTERS = {"models", "training", "fitting", "optimizers"}  # chapters 6-9
 CHAPTERS = EARLY_CHAPTERS | MIDDLE_CHAPTERS | {"diagnostics", "kernels"}

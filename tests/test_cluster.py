@@ -1,0 +1,125 @@
+"""companion.cluster: workers on 127.0.0.1, what they leave, and nothing left behind."""
+
+import json
+import os
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from companion.cluster import WorkerError, run_workers, variables_digest
+
+REPORT = """
+import json, os, sys
+config = json.loads(os.environ["TF_CONFIG"])
+print(config["task"]["index"], len(config["cluster"]["worker"]), os.environ["GREETING"])
+print("to stderr", file=sys.stderr)
+"""
+
+
+def test_each_worker_gets_its_own_task_of_one_cluster():
+    results = run_workers(REPORT, 3, env={"GREETING": "hello"}, timeout=60)
+    assert [r.index for r in results] == [0, 1, 2]
+    assert [r.stdout.split() for r in results] == [[str(i), "3", "hello"] for i in range(3)]
+    assert all(r.returncode == 0 and r.stderr.strip() == "to stderr" for r in results)
+
+
+def alive(pid):
+    """Whether ``pid`` runs: gone, or a zombie (killed, waiting for its reaper), is not."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# Worker 0 starts a grandchild and waits; worker 1 fails once both have written their pids.
+FAILING = """
+import json, os, subprocess, sys, time
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+folder = os.environ["FOLDER"]
+if index == 0:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    with open(f"{folder}/pids", "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    time.sleep(120)
+while not os.path.exists(f"{folder}/pids"):
+    time.sleep(0.05)
+print("worker 1 gives up", file=sys.stderr)
+sys.exit(3)
+"""
+
+
+def test_one_failed_worker_stops_the_job_and_leaves_no_process(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=r"^worker 1 of 2 exited with status 3") as caught:
+        run_workers(FAILING, env={"FOLDER": str(tmp_path)}, timeout=60)
+    assert time.monotonic() - start < 30  # not the 120 s worker 0 would sleep
+    assert "worker 1 gives up" in str(caught.value)
+    assert [r.returncode for r in caught.value.results] == [-9, 3]
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert not any(alive(pid) for pid in pids), "a worker or its child survived"
+
+
+def test_the_timeout_kills_every_worker(tmp_path):
+    source = (
+        "import os, time\n"
+        "open(os.path.join(os.environ['FOLDER'], str(os.getpid())), 'w').close()\n"
+        "time.sleep(120)\n"
+    )
+    with pytest.raises(WorkerError, match=r"^timeout: workers \[0, 1\] still running after 3 s"):
+        run_workers(source, env={"FOLDER": str(tmp_path)}, timeout=3)
+    pids = [int(p.name) for p in tmp_path.iterdir()]
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
+
+
+def test_digest_is_the_same_for_the_same_bits_only():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    assert variables_digest(model) == variables_digest(copy)
+    assert variables_digest(model) == variables_digest(model.get_weights())
+    kernel = model.get_weights()[0]
+    kernel[0, 0] = np.nextafter(kernel[0, 0], np.float32(1))  # one ulp
+    copy.set_weights([kernel, model.get_weights()[1]])
+    assert variables_digest(model) != variables_digest(copy)
+    with pytest.raises(TypeError, match=r"^variables: expected a Keras model"):
+        variables_digest("weights")
+
+
+MULTI_WORKER = """
+import numpy as np, tensorflow as tf, keras
+from companion.cluster import variables_digest
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.1)
+x = np.random.default_rng(0).normal(size=(32, 3)).astype("float32")
+data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(8)
+
+@tf.function
+def step(batch):
+    def replica(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0], global_batch_size=8)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    strategy.run(replica, args=batch)
+
+for batch in strategy.experimental_distribute_dataset(data):
+    step(batch)
+print(strategy.num_replicas_in_sync, variables_digest(model))
+"""
+
+
+@pytest.mark.slow
+def test_two_workers_of_multi_worker_mirrored_strategy_end_with_the_same_weights():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    results = run_workers(MULTI_WORKER, 2, env=env, timeout=240)
+    lines = [r.stdout.split() for r in results]
+    assert lines[0][0] == lines[1][0] == "2"  # one replica per worker, two in sync
+    assert lines[0][1] == lines[1][1], json.dumps([r.stderr[-500:] for r in results])
