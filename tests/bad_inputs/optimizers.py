@@ -168,6 +168,18 @@ CASES = [
         },
         names={"begin_step": ("begin_step", "end_step")},
     ),
+    Case(
+        "WarmupCosine",
+        opt.WarmupCosine,
+        {"base_lr": 0.1, "warmup_steps": 10, "decay_steps": 100, "alpha": 0.0, "warmup_start": 0.0},
+        {
+            "base_lr": Real(0, F32),
+            "warmup_steps": Int(0, 2**63 - 1),
+            "decay_steps": Int(1, 2**63 - 1),
+            "alpha": Real(0, 1),
+            "warmup_start": Real(0, F32),
+        },
+    ),
     Case("sparsity", opt.sparsity, {"variables": [np.zeros(2)]}, {"variables": VARIABLES}),
     Case(
         "MagnitudePruning",
