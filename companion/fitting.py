@@ -346,9 +346,11 @@ def find_learning_rate(
     """Learning-rate range test (Smith, 2017): train briefly with a growing rate, then undo it.
 
     The learning rate grows geometrically from ``min_lr`` to ``max_lr`` over ``steps`` batches
-    of ``dataset`` (repeated if it is shorter); the test stops early when the loss is not finite
-    or above 4 times the lowest seen. Afterwards the model's weights, its optimizer's variables
-    and its learning rate are exactly as they were (an optimizer not built yet is built first).
+    of ``dataset`` (repeated if it is shorter), one step per call of the compiled function
+    whatever the model's ``steps_per_execution``; the test stops early when the loss is not
+    finite or above 4 times the lowest seen. Afterwards the model's weights, its optimizer's
+    variables, its learning rate and its ``steps_per_execution`` are exactly as they were (an
+    optimizer not built yet is built first).
 
     Args:
         model: A compiled ``keras.Model`` whose optimizer has a plain (not scheduled) learning
@@ -386,13 +388,20 @@ def find_learning_rate(
     saved = [v.numpy() for v in model.variables + optimizer.variables]
     rates = [min_lr * (max_lr / min_lr) ** (i / (steps - 1)) for i in range(steps)]
     test = _RangeTest(rates, divergence=4.0)
+    # Keras calls batch hooks once per execution: one step per execution for the test, so that
+    # every step gets its own rate and its own recorded loss.
+    steps_per_execution = model.steps_per_execution
     try:
+        if steps_per_execution != 1:
+            model.steps_per_execution, model.train_function = 1, None
         model.fit(
             dataset.repeat(), steps_per_epoch=steps, callbacks=[test], verbose=0, shuffle=False
         )
     finally:
         for variable, value in zip(model.variables + optimizer.variables, saved):
             variable.assign(value)
+        if steps_per_execution != 1:
+            model.steps_per_execution, model.train_function = steps_per_execution, None
     losses = test.losses
     return LearningRateRange(
         learning_rates=rates[: len(losses)],

@@ -368,3 +368,21 @@ def test_range_test_refuses_what_it_cannot_run():
         find_learning_rate(functional(keras.Model), regression_data())
     with pytest.raises(ValueError, match=r"^max_lr: expected a finite number > 0.1"):
         find_learning_rate(compiled_regression(), regression_data(), min_lr=0.1, max_lr=0.1)
+
+
+def test_range_test_steps_each_batch_under_steps_per_execution():
+    # Keras calls batch hooks once per execution: the test must still set a rate per step.
+    model = functional(keras.Model)
+    model.compile(keras.optimizers.SGD(0.01), "mse", steps_per_execution=4)
+    reference = compiled_regression()
+    found = find_learning_rate(model, regression_data(), min_lr=1e-4, max_lr=1e-1, steps=20)
+    expected = find_learning_rate(reference, regression_data(), min_lr=1e-4, max_lr=1e-1, steps=20)
+    assert len(found.losses) == 20 and found.learning_rates[-1] == pytest.approx(1e-1)
+    np.testing.assert_allclose(found.losses, expected.losses, rtol=1e-6)
+    assert model.steps_per_execution == 4  # restored: fit runs four steps a call again
+    calls = []
+    callback = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: calls.append(batch)
+    )
+    train(model, regression_data(), callbacks=[callback])
+    assert len(calls) == 2 and int(model.optimizer.iterations) == 8
