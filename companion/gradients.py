@@ -8,7 +8,9 @@ Chapter 5 builds each of these inline first:
 - ``safe_norm`` and ``log1p_exp``: ops whose custom gradient fixes a numerical problem of
   plain autodiff (NaN at the zero vector; NaN for large inputs, wrong value at 0);
 - ``gradient_error``: autodiff against central finite differences, to check any of them;
-- ``value_and_gradient``: a function's values and pointwise derivatives, for tables and plots.
+- ``value_and_gradient``: a function's values and pointwise derivatives, for tables and plots;
+- ``gradient_penalty``: the WGAN-GP term, a gradient taken inside a tape (nested tapes), so
+  that training can differentiate the gradient itself.
 
 The pattern every op here follows: validate and convert the non-tensor parameters
 outside, then decorate an inner function that takes only the tensor input(s), closes over
@@ -30,11 +32,24 @@ from companion._checks import (
     check_instance,
     check_int,
     check_real,
+    check_seed,
     describe,
     dtype_max,
     float_tensor,
     is_real,
 )
+
+__all__ = [
+    "CHECKABLE_DTYPES",
+    "ClippedIdentity",
+    "clipped_identity",
+    "default_delta",
+    "gradient_error",
+    "gradient_penalty",
+    "log1p_exp",
+    "safe_norm",
+    "value_and_gradient",
+]
 
 #: Input dtypes ``gradient_error`` accepts (finite differences need a float).
 CHECKABLE_DTYPES = (tf.float16, tf.float32, tf.float64)
@@ -429,3 +444,110 @@ def gradient_error(fn: Callable[[tf.Tensor], Any], x: Any, *, delta: float | Non
         delta = check_real(delta, "delta", above=0, maximum=dtype_max(dtype))
     (autodiff,), (numeric,) = tf.test.compute_gradient(fn, [array], delta=delta)
     return float(np.max(np.abs(autodiff.astype(np.float64) - numeric.astype(np.float64))))
+
+
+def _mixing_weights(alpha: Any, batch: tf.Tensor, dtype: tf.DType, seed: int | None) -> tf.Tensor:
+    """``alpha`` as one weight per example, shape ``(batch,)``: drawn when ``None``."""
+    what = "None, a number in [0, 1] or a float tensor of shape (batch,) with values in [0, 1]"
+    if alpha is None:
+        if seed is None:
+            return tf.random.uniform([batch], dtype=dtype)
+        return tf.random.stateless_uniform([batch], seed=[seed, 0], dtype=dtype)
+    if is_real(alpha):
+        check_real(alpha, "alpha", minimum=0, maximum=1)
+        return tf.fill([batch], tf.constant(alpha, dtype))
+    try:
+        weights = tf.convert_to_tensor(alpha)
+    except (TypeError, ValueError):
+        raise TypeError(f"alpha: expected {what}, got {describe(alpha)}") from None
+    if not weights.dtype.is_floating:
+        raise TypeError(f"alpha: expected {what}, got dtype {weights.dtype.name}")
+    static_batch = tf.get_static_value(batch)
+    if weights.shape.rank != 1 or (
+        static_batch is not None and weights.shape[0] not in (None, int(static_batch))
+    ):
+        raise ValueError(f"alpha: expected {what}, got shape {tuple(weights.shape)}")
+    known = tf.get_static_value(weights)
+    if known is not None and not np.all((known >= 0) & (known <= 1)):
+        raise ValueError(f"alpha: expected {what}, got {describe(alpha)}")
+    return tf.cast(weights, dtype)
+
+
+def gradient_penalty(
+    critic: Callable[[tf.Tensor], Any],
+    real: Any,
+    fake: Any,
+    alpha: Any = None,
+    *,
+    seed: int | None = None,
+) -> tf.Tensor:
+    """The WGAN-GP gradient penalty, ``mean((||grad_x critic(x_hat)|| - 1) ** 2)``.
+
+    ``x_hat = alpha * real + (1 - alpha) * fake`` mixes each real example with its fake one
+    (Gulrajani et al., 2017). The gradient of the critic at ``x_hat`` is taken by a tape
+    inside this function; call it under your training step's tape and that outer tape
+    records the inner gradient, so the penalty's gradient with respect to the critic's
+    weights (a second-order derivative) comes out of ``outer.gradient`` as usual. The norm
+    runs over every axis but the first (the batch) and is ``safe_norm``, so a critic that is
+    flat at ``x_hat`` gives the weights a zero gradient, not NaN. The critic must score each
+    example on its own (no batch normalization in training mode). Works eagerly and in
+    ``tf.function``.
+
+    Args:
+        critic: Callable mapping a batch shaped like ``real`` to one score per example.
+        real: Floating-point tensor, batch first (rank >= 1, at least one example).
+        fake: Tensor of the same shape and dtype as ``real``.
+        alpha: Mixing weight(s): ``None`` draws one per example uniformly from ``[0, 1]``; a
+            number in ``[0, 1]`` or a float tensor of shape ``(batch,)`` fixes them.
+        seed: With ``alpha=None``, an int in ``[0, 2**32 - 1]`` makes the draw stateless and
+            repeatable (the same weights on every call); ``None`` draws fresh weights.
+
+    Returns:
+        The penalty, a scalar tensor of ``real``'s dtype.
+
+    Raises:
+        TypeError: If ``critic`` is not callable, ``real``, ``fake`` or ``alpha`` is not
+            floating point, or ``seed`` is not an int.
+        ValueError: If ``real`` is a scalar or empty, ``fake`` differs from it in shape or
+            dtype, ``alpha`` has values outside ``[0, 1]`` or the wrong shape, ``seed`` is out
+            of range, or the critic's output does not depend on its input (no gradient).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> critic = lambda x: tf.reduce_sum(x * [3.0, 4.0], axis=-1)  # gradient norm 5
+        >>> float(gradient_penalty(critic, tf.ones([8, 2]), tf.zeros([8, 2])))
+        16.0
+    """
+    check_callable(critic, "critic", "a callable scoring a batch")
+    real = float_tensor(real, "real")
+    fake = float_tensor(fake, "fake")
+    seed = check_seed(seed, allow_none=True)
+    if real.shape.rank == 0:
+        raise ValueError("real: expected a tensor of rank >= 1 (batch first), got a scalar")
+    if real.shape.rank is not None and real.shape[0] == 0:
+        raise ValueError(f"real: expected at least one example, got shape {tuple(real.shape)}")
+    if fake.dtype != real.dtype:
+        raise TypeError(
+            f"fake: expected dtype {real.dtype.name} (real's), got dtype {fake.dtype.name}"
+        )
+    if not fake.shape.is_compatible_with(real.shape):
+        raise ValueError(
+            f"fake: expected real's shape {tuple(real.shape)}, got shape {tuple(fake.shape)}"
+        )
+    batch = tf.shape(real)[0]
+    weights = _mixing_weights(alpha, batch, real.dtype, seed)
+    weights = tf.reshape(weights, tf.concat([[batch], tf.ones_like(tf.shape(real)[1:])], 0))
+    x_hat = fake + weights * (real - fake)
+    with tf.GradientTape() as tape:
+        tape.watch(x_hat)
+        scores = critic(x_hat)
+    gradient = tape.gradient(scores, x_hat)
+    if gradient is None:
+        raise ValueError(
+            "critic: expected a score that depends on its input, got no gradient"
+            f" from {describe(critic)}"
+        )
+    # safe_norm, not tf.norm: where the critic is flat (a dead ReLU region) the gradient is
+    # zero, and tf.norm's second derivative there is NaN (it would reach every weight).
+    norms = safe_norm(tf.reshape(gradient, [batch, -1]), axis=1)
+    return tf.reduce_mean(tf.square(norms - 1))

@@ -8,6 +8,7 @@ from companion.gradients import (
     clipped_identity,
     default_delta,
     gradient_error,
+    gradient_penalty,
     log1p_exp,
     safe_norm,
     value_and_gradient,
@@ -460,3 +461,135 @@ def test_gradient_error_delta_must_fit_in_x_dtype():
         gradient_error(tf.sin, np.ones(3, "float32"), delta=1e300)
     with pytest.raises(TypeError, match=r"^fn: expected a callable taking one tensor, got int 3$"):
         gradient_error(3, np.ones(3))
+
+
+# --- gradient_penalty (issue 20: nested tapes) ------------------------------------------
+
+
+def _tanh_critic(weights):
+    return lambda x: tf.reduce_sum(tf.tanh(tf.matmul(x, weights)), axis=1)
+
+
+def test_gradient_penalty_of_a_linear_critic_is_the_closed_form():
+    # A linear critic has the same gradient w everywhere: penalty (||w|| - 1)**2.
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(2, 3))
+    real, fake = rng.normal(size=(5, 2, 3)), rng.normal(size=(5, 2, 3))
+
+    def critic(x):
+        return tf.reduce_sum(x * w, axis=[1, 2])
+
+    expected = (np.linalg.norm(w) - 1.0) ** 2
+    for alpha in [None, 0.0, 1.0, rng.uniform(size=5)]:
+        assert float(gradient_penalty(critic, real, fake, alpha)) == pytest.approx(expected)
+
+
+def test_gradient_penalty_of_a_quadratic_critic_against_numpy():
+    # critic(x) = sum(x**2): gradient 2 x_hat, so the penalty is mean((2 ||x_hat|| - 1)**2).
+    rng = np.random.default_rng(1)
+    real, fake, alpha = rng.normal(size=(6, 4)), rng.normal(size=(6, 4)), rng.uniform(size=6)
+    x_hat = alpha[:, None] * real + (1 - alpha[:, None]) * fake
+    expected = np.mean((2 * np.linalg.norm(x_hat, axis=1) - 1) ** 2)
+    penalty = gradient_penalty(lambda x: tf.reduce_sum(x**2, axis=1), real, fake, alpha)
+    assert penalty.dtype == tf.float64
+    assert float(penalty) == pytest.approx(expected, rel=1e-12)
+
+
+def test_gradient_penalty_weight_gradient_matches_finite_differences():
+    # The gradient of a gradient (the nested tape) against central differences in float64.
+    rng = np.random.default_rng(2)
+    real, fake, alpha = rng.normal(size=(5, 3)), rng.normal(size=(5, 3)), rng.uniform(size=5)
+    weights = rng.normal(size=(3, 4))
+    error = gradient_error(lambda w: gradient_penalty(_tanh_critic(w), real, fake, alpha), weights)
+    assert error < 1e-8
+
+
+def test_gradient_penalty_gives_zero_not_nan_where_the_critic_is_flat():
+    # A ReLU critic that is dead at every x_hat: gradient 0, penalty 1, weight gradient 0.
+    real = np.abs(np.random.default_rng(3).normal(size=(4, 3)))
+    weights = tf.Variable(-np.ones((3, 2)))
+    with tf.GradientTape() as tape:
+        penalty = gradient_penalty(
+            lambda x: tf.reduce_sum(tf.nn.relu(x @ weights), axis=1), real, real, 0.5
+        )
+    assert float(penalty) == 1.0
+    np.testing.assert_array_equal(tape.gradient(penalty, weights), np.zeros((3, 2)))
+
+
+def test_gradient_penalty_seed_repeats_and_graph_equals_eager():
+    rng = np.random.default_rng(4)
+    real, fake = rng.normal(size=(8, 3)), rng.normal(size=(8, 3))
+    critic = _tanh_critic(tf.constant(rng.normal(size=(3, 2))))
+    first = gradient_penalty(critic, real, fake, seed=7)
+    assert float(first) == float(gradient_penalty(critic, real, fake, seed=7))
+    assert float(first) != float(gradient_penalty(critic, real, fake, seed=8))
+    graph = tf.function(lambda r, f: gradient_penalty(critic, r, f, seed=7))
+    assert float(graph(real, fake)) == pytest.approx(float(first), rel=1e-12)
+    unknown_batch = tf.function(
+        lambda r, f: gradient_penalty(critic, r, f, tf.fill(tf.shape(r)[:1], 0.5)),
+        input_signature=[tf.TensorSpec([None, 3], tf.float64)] * 2,
+    )
+    expected = gradient_penalty(critic, real, fake, 0.5)
+    assert float(unknown_batch(real, fake)) == pytest.approx(float(expected), rel=1e-12)
+
+
+def test_gradient_penalty_trains_a_keras_critic_towards_unit_gradient_norm():
+    keras.utils.set_random_seed(0)
+    critic = keras.Sequential(
+        [keras.Input((2,)), keras.layers.Dense(16, "tanh"), keras.layers.Dense(1)]
+    )
+    real = np.random.default_rng(5).normal(size=(64, 2)).astype("float32")
+    fake = real + 3.0
+    optimizer = keras.optimizers.Adam(0.01)
+
+    def penalty():
+        return gradient_penalty(critic, real, fake, seed=0)
+
+    before = float(penalty())
+    for _ in range(50):
+        with tf.GradientTape() as tape:
+            loss = penalty()
+        grads = tape.gradient(loss, critic.trainable_variables)
+        # The output bias shifts every score equally: the input gradient, and so the
+        # penalty, does not depend on it.
+        assert [g is None for g in grads] == [False, False, False, True]
+        grads, variables = grads[:3], critic.trainable_variables[:3]
+        optimizer.apply_gradients(zip(grads, variables))
+    assert float(penalty()) < 0.1 * before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"critic": None}, TypeError, r"^critic: expected a callable"),
+        ({"real": 1.0, "fake": 1.0}, ValueError, r"^real: expected a tensor of rank >= 1"),
+        (
+            {"real": np.zeros((0, 2)), "fake": np.zeros((0, 2))},
+            ValueError,
+            r"^real: expected at least one example",
+        ),
+        ({"real": np.ones((4, 2), "int32")}, TypeError, r"^real: expected a floating-point"),
+        ({"fake": np.ones((4, 3))}, ValueError, r"^fake: expected real's shape \(4, 2\)"),
+        ({"fake": np.ones((4, 2), "float32")}, TypeError, r"^fake: expected dtype float64"),
+        ({"alpha": 1.5}, ValueError, r"^alpha: expected a finite number >= 0 and <= 1"),
+        ({"alpha": np.full(3, 0.5)}, ValueError, r"^alpha: expected None, .* got shape \(3,\)"),
+        ({"alpha": np.array([0.5, 0.5, 0.5, 2.0])}, ValueError, r"^alpha: expected None, "),
+        ({"alpha": np.ones(4, "int64")}, TypeError, r"^alpha: .* got dtype int64"),
+        ({"seed": -1}, ValueError, r"^seed: expected an int >= 0"),
+        ({"seed": 1.5}, TypeError, r"^seed: expected an int"),
+        (
+            {"critic": lambda x: tf.zeros(tf.shape(x)[:1], x.dtype)},
+            ValueError,
+            r"^critic: expected a score that depends on its input",
+        ),
+    ],
+)
+def test_gradient_penalty_rejects_bad_input(kwargs, error, match):
+    arguments = {
+        "critic": lambda x: tf.reduce_sum(x, axis=1),
+        "real": np.ones((4, 2)),
+        "fake": np.zeros((4, 2)),
+        **kwargs,
+    }
+    with pytest.raises(error, match=match):
+        gradient_penalty(**arguments)

@@ -9,6 +9,7 @@ from companion.gradients import (
     clipped_identity,
     default_delta,
     gradient_error,
+    gradient_penalty,
     log1p_exp,
     safe_norm,
     value_and_gradient,
@@ -34,6 +35,34 @@ CHECKABLE = Kind(
     extra_bad=("int32", tf.int32, np.int64),
 )
 FLOAT64 = np.linspace(-1.0, 1.0, 3)
+
+
+REAL, FAKE = np.ones((4, 2), "float32"), np.zeros((4, 2), "float32")
+# real and fake: float32 batches of shape (4, 2) each (the other one fixed); a mismatch may be
+# reported under either name.
+BATCH = Array(extra_bad=(np.ones((4, 3), "float32"), np.ones((4, 2), "float64"), np.zeros((0, 2))))
+BATCH = Kind(
+    "a float32 array of shape (4, 2)",
+    lambda v: np.asarray(v).shape == (4, 2) and np.asarray(v).dtype == np.float32,
+    BATCH.extra_bad,
+)
+ALPHA = Kind(
+    "None, a number in [0, 1] or a float array of shape (4,) in [0, 1]",
+    lambda v: (
+        v is None
+        or Real(0, 1).accepts(v)
+        or (
+            np.asarray(v).dtype.kind == "f"
+            and np.asarray(v).shape == (4,)
+            and bool(np.all((np.asarray(v) >= 0) & (np.asarray(v) <= 1)))
+        )
+    ),
+    extra_bad=(np.full(4, 1.5), np.full(4, np.nan), np.ones(4, "int32"), np.full(3, 0.5)),
+)
+
+
+def _score_sum(x):
+    return tf.reduce_sum(x * [3.0, 4.0], axis=-1)
 
 
 def _layer_call(inputs):
@@ -75,5 +104,18 @@ CASES = [
         value_and_gradient,
         {"fn": tf.square, "x": FLOAT64},
         {"fn": Callable_(), "x": FLOATS},
+    ),
+    Case(
+        "gradient_penalty",
+        gradient_penalty,
+        {"critic": _score_sum, "real": REAL, "fake": FAKE, "alpha": None, "seed": 0},
+        {
+            "critic": Callable_(),
+            "real": BATCH,
+            "fake": BATCH,
+            "alpha": ALPHA,
+            "seed": Int(0, 2**32 - 1).or_none(),
+        },
+        names={"real": ("real", "fake"), "fake": ("real", "fake")},
     ),
 ]
