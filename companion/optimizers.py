@@ -1,5 +1,6 @@
-"""Custom optimizers on the Keras 3 API (chapter 9): AdamW written out, gradient transforms that
-chain in front of any optimizer, magnitude pruning, a debug recorder of update norms, Lookahead.
+"""Custom optimizers on the Keras 3 API (chapter 9): AdamW written out, a warmup-then-cosine
+learning-rate schedule, gradient transforms that chain in front of any optimizer, magnitude
+pruning, a debug recorder of update norms, Lookahead.
 
 Keras 3 optimizers are written with three methods: ``build(variables)`` creates the slot
 variables (``add_optimizer_variables``), ``update_step(gradient, variable, learning_rate)``
