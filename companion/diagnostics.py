@@ -11,7 +11,8 @@ Chapter 10 reproduces each pitfall, detects it with these helpers, fixes it and 
   and names the first layer that produced a NaN or an Inf; ``first_nonfinite_gradient`` and
   ``gradient_norms`` do the same for the gradients of a training step.
 - ``count_traces(fn)`` is ``tf.function(fn)`` that records how often it was traced, and with
-  which arguments, so retracing can be measured.
+  which arguments, so retracing can be measured; ``explain_retrace(counter)`` says which
+  argument changed (shape, dtype or Python value) between a trace and the one before it.
 - ``check_variable_batch(layer, sample_input)`` traces a layer with the batch size unknown and
   runs it on two batch sizes.
 - ``simulated_gpu()`` makes ``model.compile()`` choose as it does on a machine with a GPU (XLA by
@@ -42,7 +43,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import check_bool, check_callable, check_instance, check_real, describe
+from companion._checks import (
+    check_bool,
+    check_callable,
+    check_instance,
+    check_int,
+    check_real,
+    describe,
+)
 from companion.notebook import run_python, strip_ansi
 
 __all__ = [
@@ -51,6 +59,7 @@ __all__ = [
     "check_roundtrip",
     "check_variable_batch",
     "count_traces",
+    "explain_retrace",
     "first_nonfinite",
     "first_nonfinite_gradient",
     "gradient_norms",
@@ -1014,6 +1023,7 @@ class TraceCounter:
     def __init__(self, fn: Callable[..., Any], **tf_function_kwargs: Any) -> None:
         check_callable(fn, "fn")
         self.signatures: list[str] = []
+        self._arguments: list[dict[str, tuple]] = []  # per trace: {argument path: leaf key}
         try:
             self._parameters: inspect.Signature | None = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -1022,6 +1032,7 @@ class TraceCounter:
         @functools.wraps(fn)
         def recorded(*args: Any, **kwargs: Any) -> Any:
             self.signatures.append(self._describe_call(args, kwargs))
+            self._arguments.append(self._leaf_keys(args, kwargs))
             return fn(*args, **kwargs)
 
         self.function = tf.function(recorded, **tf_function_kwargs)
@@ -1042,6 +1053,15 @@ class TraceCounter:
                 f"{name}={describe_leaves(value)}".replace("'", "") for name, value in bound.items()
             ]
         return ", ".join(items)
+
+    def _leaf_keys(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, tuple]:
+        """``{"x": ("tensor", "float32", "[2, 3]"), "cfg['a']": ("value", "2.0")}``."""
+        try:
+            bound = self._parameters.bind(*args, **kwargs).arguments if self._parameters else None
+        except TypeError:
+            bound = None
+        named = bound if bound is not None else {f"args[{i}]": a for i, a in enumerate(args)}
+        return dict(_leaf_paths(dict(named) | ({} if bound is not None else kwargs)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)
@@ -1084,6 +1104,114 @@ def count_traces(fn: Callable[..., Any] | None = None, /, **tf_function_kwargs: 
     if fn is None:
         return lambda function: TraceCounter(function, **tf_function_kwargs)
     return TraceCounter(fn, **tf_function_kwargs)
+
+
+def _leaf_paths(value: Any, path: str = "") -> Iterator[tuple[str, tuple]]:
+    """(path, key) for each leaf of a call's arguments: ``("tensor", dtype, shape)`` for a
+    tensor or variable, ``("value", repr)`` for a Python value (what a trace is keyed by)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaf_paths(item, f"{path}[{key!r}]" if path else str(key))
+    elif isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        for index, item in enumerate(value):
+            yield from _leaf_paths(item, f"{path}[{index}]")
+    else:
+        described = _describe_value(value)
+        if (
+            hasattr(value, "dtype")
+            and hasattr(value, "shape")
+            and not isinstance(value, np.ndarray)
+        ):
+            dtype, shape = described.split("[", 1)  # "float32[None, 3]"
+            yield path, ("tensor", dtype, "[" + shape)
+        else:
+            yield path, ("value", described)
+
+
+def _leaf_text(key: tuple) -> str:
+    return f"Python value {key[1]}" if key[0] == "value" else f"tensor {key[1]}{key[2]}"
+
+
+def _leaf_changes(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    """One phrase per argument that differs between two traces' leaf keys."""
+    changes = []
+    for path in [*before, *(p for p in after if p not in before)]:
+        old, new = before.get(path), after.get(path)
+        if old == new:
+            continue
+        if old is None or new is None:
+            changes.append(f"{path} {'is new' if old is None else 'is gone'}")
+        elif old[0] == new[0] == "value":
+            changes.append(f"{path}: Python value {old[1]} -> {new[1]}")
+        elif old[0] == new[0] == "tensor":
+            parts = [f"dtype {old[1]} -> {new[1]}"] if old[1] != new[1] else []
+            parts += [f"shape {old[2]} -> {new[2]}"] if old[2] != new[2] else []
+            changes.append(f"{path}: {', '.join(parts)}")
+        else:
+            changes.append(f"{path}: {_leaf_text(old)} -> {_leaf_text(new)}")
+    return changes
+
+
+def _distance(before: dict[str, tuple], after: dict[str, tuple]) -> int:
+    """How many things differ: a dtype, a shape, a value count one each; a new kind two."""
+    return sum(
+        sum(a != b for a, b in zip(old, new)) if old and new and old[0] == new[0] else 2
+        for path in {*before, *after}
+        if (old := before.get(path)) != (new := after.get(path))
+    )
+
+
+def explain_retrace(counter: TraceCounter, trace: int = -1) -> str:
+    """Say why ``counter`` traced again: which arguments differ from the closest earlier trace.
+
+    A ``tf.function`` traces when a call matches none of its traces; the closest earlier trace
+    (the fewest dtypes, shapes and values differing; the most recent among equals) shows what
+    the call changed: a tensor's shape or dtype, or the value of a Python argument (every new
+    value traces). Nested arguments are named by path (``batch['image']``, ``pair[1]``).
+
+    Args:
+        counter: A ``TraceCounter`` (from ``count_traces``) that has traced at least twice.
+        trace: Which trace to explain, an index into ``counter.signatures`` other than the
+            first (default: the last).
+
+    Returns:
+        ``"trace 2 of 2, against trace 1: factor: Python value 2.0 -> 3.0"``, changes
+        separated by ``"; "``; ``counter.signatures`` holds each trace's arguments. If no
+        argument differs, the sentence says so (the function retraced for another reason).
+
+    Raises:
+        TypeError: If ``counter`` is not a ``TraceCounter`` or ``trace`` not an int.
+        ValueError: If ``trace`` is the first trace (there is nothing to compare it with) or
+            out of range.
+
+    Example:
+        >>> @count_traces
+        ... def scale(x, factor):
+        ...     return x * factor
+        >>> x = tf.ones(3)
+        >>> _ = scale(x, 2.0), scale(x, 3.0), scale(tf.ones(4), 3.0)
+        >>> print(explain_retrace(scale, 1))
+        trace 2 of 3, against trace 1: factor: Python value 2.0 -> 3.0
+        >>> print(explain_retrace(scale))  # trace 2 is closer than 1
+        trace 3 of 3, against trace 2: x: shape [3] -> [4]
+    """
+    check_instance(counter, "counter", TraceCounter, "a TraceCounter (from count_traces)")
+    count = counter.traces
+    trace = check_int(trace, "trace", minimum=-count, maximum=count - 1)
+    index = trace % count
+    if index == 0:
+        raise ValueError(
+            f"trace: expected the index of a retrace (not 0 or -{count}: the first of "
+            f"{count} trace(s) has nothing to compare with), got {describe(trace)}"
+        )
+    after = counter._arguments[index]
+    earlier = counter._arguments[:index]
+    closest = min(range(index), key=lambda i: (_distance(earlier[i], after), -i))
+    said = (
+        "; ".join(_leaf_changes(earlier[closest], after))
+        or "no argument differs (not retraced for an argument)"
+    )
+    return f"trace {index + 1} of {count}, against trace {closest + 1}: {said}"
 
 
 #: The device ``simulated_gpu`` adds to TensorFlow's list of physical devices.

@@ -4,7 +4,7 @@ named after the one call that shows it (cheap for a Dense)."""
 
 import keras
 import numpy as np
-from badinput import Bool, Callable_, Case, Instance, Kind, Real
+from badinput import Bool, Callable_, Case, Instance, Int, Kind, Real
 
 from companion import diagnostics
 
@@ -52,6 +52,14 @@ TARGETS = _batch(
     extra_bad=(np.full((2, 2), np.inf, "float32"), np.zeros((3, 2), "float32")),
 )
 SAMPLE = _batch(3, finite=False).or_none()  # NaN in a sample is data to compare, not an error
+
+
+def _retraced() -> diagnostics.TraceCounter:
+    counter = diagnostics.count_traces(lambda x, factor: x * factor)
+    counter(np.ones(2, "float32"), 1.0)
+    counter(np.ones(2, "float32"), 2.0)
+    return counter
+
 
 CASES = [
     Case(
@@ -124,4 +132,14 @@ CASES = [
         {"fn": Kind("a callable or None", lambda v: v is None or callable(v))},
     ),
     Case("TraceCounter", diagnostics.TraceCounter, {"fn": abs}, {"fn": Callable_()}),
+    Case(
+        "explain_retrace",
+        diagnostics.explain_retrace,
+        {"counter": _retraced(), "trace": 1},
+        {
+            "counter": Instance(diagnostics.TraceCounter),
+            # two traces: only the second (1 or -1) is a retrace
+            "trace": Kind("1 or -1", lambda v: Int(-1, 1).accepts(v) and v != 0, (2, -2)),
+        },
+    ),
 ]
