@@ -934,7 +934,7 @@ def test_warmup_cosine_in_a_keras_file_gives_the_same_rate_in_a_fresh_process(tm
     x, y, data = regression_data()
     model = small_model()
     model.compile(AdamW(WarmupCosine(0.01, 3, 10, alpha=0.1)), "mse")
-    model.fit(data, epochs=1, verbose=0)  # 4 steps: into the decay
+    model.fit(data, epochs=1, verbose=0, shuffle=False)  # 4 steps: into the decay
     path = tmp_path / "model.keras"
     model.save(path)
     result = run_python(
