@@ -1,6 +1,7 @@
 """The book as a whole: table of contents, notebooks, setup cell, versions, built pages."""
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -232,6 +233,30 @@ def test_claims_ledger_is_in_the_toc_and_numbered():
     assert [int(number) for number, *_ in rows] == list(range(1, len(rows) + 1)), (
         "number the rows 1, 2, 3, ..."
     )
+
+
+#: Decimals a ledger row may quote that no output prints: versions.
+NOT_MEASURED = {"2.16"}
+
+
+def stored_outputs():
+    """The text of every stored output of every notebook."""
+    texts = []
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            for output in cell.get("outputs", []):
+                texts.append("".join(output.get("text", "")))
+                texts.append("".join(output.get("data", {}).get("text/plain", "")))
+    return "\n".join(texts)
+
+
+def test_every_number_the_ledger_quotes_is_in_a_stored_output():
+    # A re-executed chapter stores new timings: the ledger must quote the run readers see.
+    outputs = stored_outputs()
+    for number, _, _, why, _ in claim_rows():
+        decimals = re.findall(r"(?<![\w.])(\d+\.\d+)(?![\w.])", why)
+        stale = [d for d in decimals if d not in outputs and d not in NOT_MEASURED]
+        assert not stale, f"claim {number} quotes {stale}, which no stored output prints"
 
 
 def test_every_claim_has_a_verdict_a_reason_and_a_link_to_a_chapter_section():
