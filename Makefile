@@ -44,7 +44,7 @@ help:
 	@echo "make check NB=book/07_custom_training_loops.ipynb"
 	@echo "                 one chapter: lint, its notebook, its module's tests (not the slow ones), doctests"
 	@echo "make bench       the headline benchmarks: a table, and _build/bench.json"
-	@echo "make kernels     compile chapter 12's C++ op into the per-user cache (needs g++)"
+	@echo "make kernels     compile chapter 13's C++ op into the per-user cache (needs g++)"
 	@echo "make execute     re-run every notebook in place, storing the outputs nbval sees (NB=... for one)"
 	@echo "make stamp       write the current setup cell into every notebook"
 
@@ -114,7 +114,7 @@ test-colab: $(COLAB_INSTALLED)
 	cd book && $(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB_BIN)/python -m companion.kernels)
 	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) $(UNIT_TESTS) book --pyargs companion
 
-# Chapter 12's compiled op (companion.kernels), built ahead of time once per TensorFlow version into
+# Chapter 13's compiled op (companion.kernels), built ahead of time once per TensorFlow version into
 # the per-user cache ($$WHITE_BOX_TF_CACHE, default ~/.cache/white-box-tf/kernels) that the tests
 # and notebooks load it from. Without g++ it stops with a message that says so.
 kernels: $(INSTALLED)

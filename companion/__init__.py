@@ -8,16 +8,16 @@ stays cheap and never imports TensorFlow by itself::
     from companion.introspection import traced_ops, weights_table   # chapter 1
     from companion.ops import swish, softplus                       # chapter 2
     from companion.pyfunc import native_blur, GaussianBlur          # chapter 3
-    from companion.tflite import convert, run                       # chapters 3, 12: TFLite
+    from companion.tflite import convert, run                       # chapters 3, 13: TFLite
     from companion.layers import CustomDense, ResidualBlock         # chapter 4
     from companion.gradients import clipped_identity, gradient_error  # chapter 5
     from companion.models import functional_multimodal, MultiModalModel  # chapter 6
     from companion.training import fit, make_train_step             # chapter 7
     from companion.optimizers import AdamW, TransformGradients      # chapter 9
-    from companion.diagnostics import check_roundtrip, first_nonfinite  # chapter 10
-    from companion.timing import time_call, compare                 # timing harness (chapters 1-12)
-    from companion.bench import blur_op, compiled_blur_vs_opencv    # chapter 11 (make bench)
-    from companion.kernels import cpp_blur                          # chapter 12 (needs g++)
+    from companion.diagnostics import check_roundtrip, first_nonfinite  # chapter 11
+    from companion.timing import time_call, compare                 # timing harness (chapters 1-13)
+    from companion.bench import blur_op, compiled_blur_vs_opencv    # chapter 12 (make bench)
+    from companion.kernels import cpp_blur                          # chapter 13 (needs g++)
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Chapter 11's experiments and ``python -m companion.bench`` (``make bench``).
+"""Chapter 12's experiments and ``python -m companion.bench`` (``make bench``).
 
 The experiments time calls side by side with the harness of ``companion.timing`` (``compare``)
 and return ``Row`` records (name, device, sizes, medians, spreads, reference, ratio): the blur
@@ -116,7 +116,7 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Row(_Record):
-    """One experiment at one size, as the experiments of chapter 11 return it.
+    """One experiment at one size, as the experiments of chapter 12 return it.
 
     It reads as a mapping too (``row["ratio"]["py_function"]``, ``dict(row)``) and equals a
     dict with the same items.
@@ -462,7 +462,7 @@ def adamw_step_time(
 
 
 # ---------------------------------------------------------------------------------------------
-# The experiments of chapter 11. Each returns a list of ``Row`` (one per size or model).
+# The experiments of chapter 12. Each returns a list of ``Row`` (one per size or model).
 
 
 def default_sizes(device: str | None = None) -> dict[str, Any]:
@@ -1089,7 +1089,7 @@ def compiled_blur_vs_opencv(
     seed: int = 0,
     progress: bool = False,
 ) -> list[Row]:
-    """Time chapter 12's compiled blur op against ``cv2.GaussianBlur`` called directly, on the CPU.
+    """Time chapter 13's compiled blur op against ``cv2.GaussianBlur`` called directly, on the CPU.
 
     Both blur the same batch (5x5, sigma from OpenCV's rule): the op takes it as a tensor,
     OpenCV as a NumPy array, image by image, as ``companion.pyfunc.cv2_blur`` does. Each call
@@ -1105,7 +1105,7 @@ def compiled_blur_vs_opencv(
 
     Returns:
         One row per image size (name ``"compiled blur"``, reference ``"OpenCV"``); the goal of
-        chapter 12 is ``ratio["C++ op"] <= 1.3``.
+        chapter 13 is ``ratio["C++ op"] <= 1.3``.
 
     Raises:
         TypeError, ValueError: For a bad size or count.
@@ -1217,9 +1217,9 @@ def main(
 ) -> list[Entry]:
     """``python -m companion.bench``: run the benchmarks, print a table, write a JSON file.
 
-    The headline experiments of chapter 11 (the blurs at two image sizes as an op, in a model and
+    The headline experiments of chapter 12 (the blurs at two image sizes as an op, in a model and
     in a ``tf.data`` pipeline; eager vs ``tf.function`` vs XLA training steps; a per-image loop
-    vs ``tf.vectorized_map`` vs batched ops), chapter 12's compiled blur vs OpenCV, then chapter 7's
+    vs ``tf.vectorized_map`` vs batched ops), chapter 13's compiled blur vs OpenCV, then chapter 7's
     custom loop vs ``model.fit`` (on its model and a small MLP) and chapter 9's AdamW vs Keras's.
     Progress is printed as it goes.
 
@@ -1326,7 +1326,7 @@ def main(
             ),
         ),
         (
-            "compiled C++ blur vs OpenCV (chapter 12, CPU)",
+            "compiled C++ blur vs OpenCV (chapter 13, CPU)",
             lambda: compiled_blur_vs_opencv(
                 image_sizes=headline_sizes,
                 batch_size=sizes["batch_size"],

@@ -2,7 +2,7 @@
 what breaks, the first layer (and the first gradient) that goes NaN, a ``tf.function`` that
 counts its traces, and a check that a layer works on a batch size it has not seen.
 
-Chapter 10 reproduces each pitfall, detects it with these helpers, fixes it and checks the fix:
+Chapter 11 reproduces each pitfall, detects it with these helpers, fixes it and checks the fix:
 
 - ``check_roundtrip(obj, sample_input)`` saves a layer, model or optimizer to ``.keras``, loads
   it (by default in a fresh Python process, as a user reloading the file would) and compares

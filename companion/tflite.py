@@ -1,6 +1,6 @@
 """Does it deploy? Converting a SavedModel to TFLite, running it, and reading why it was refused.
 
-Chapters 3 and 12 ask this of a blur through ``tf.py_function``, of ``native_blur`` and of the
+Chapters 3 and 13 ask this of a blur through ``tf.py_function``, of ``native_blur`` and of the
 compiled C++ op: the converter refuses ops it has no kernel for and names them in its error,
 and the interpreter refuses custom ops that no TFLite kernel backs.
 """

@@ -1,4 +1,4 @@
-"""Shared by the test files: TensorFlow's C++ log level; chapters 3 and 12's blur references."""
+"""Shared by the test files: TensorFlow's C++ log level; chapters 3 and 13's blur references."""
 
 import os
 

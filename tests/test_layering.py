@@ -2,7 +2,7 @@
 
 Floors, from the ground up: ``_checks`` (imports nothing of the package); the helpers
 (``notebook``, ``data``, ``timing``, ``cluster``: only helpers); the chapter modules (chapters
-1-5 never import chapters 6-9; none imports ``bench``); ``bench`` (chapter 11's experiments and
+1-5 never import chapters 6-9; none imports ``bench``); ``bench`` (chapter 12's experiments and
 the command line) on top. A new module must be placed on a floor here before its test passes.
 """
 
