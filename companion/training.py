@@ -47,6 +47,7 @@ from companion._checks import (
     float_tensor,
     is_real,
 )
+from companion._training_state import TrainingCheckpoint
 
 __all__ = ["NonFiniteError", "clip_by_global_norm", "fit", "make_eval_step", "make_train_step"]
 
@@ -286,15 +287,14 @@ def _check_element_spec(element_spec: Any) -> Any:
     return element_spec
 
 
-def _check_log_dir(log_dir: Any) -> str | None:
-    """None, or a non-empty path that is a folder or can become one."""
-    if log_dir is None:
+def _check_folder(value: Any, name: str, holds: str) -> str | None:
+    """None, or a non-empty path that is a folder or can become one (for ``holds``)."""
+    if value is None:
         return None
-    path = check_path(log_dir, "log_dir")
+    path = check_path(value, name)
     if path.exists() and not path.is_dir():
         raise ValueError(
-            f"log_dir: expected a folder for TensorBoard's files, got {describe(log_dir)}, "
-            f"an existing file"
+            f"{name}: expected a folder for {holds}, got {describe(value)}, an existing file"
         )
     return os.fspath(path)
 
@@ -830,6 +830,8 @@ def _run_epoch(
     epoch: int,
     history: dict[str, list[float]],
     bar: keras.utils.Progbar | None = None,
+    start: int = 0,
+    save: tuple[int, Callable[[int], None]] | None = None,
 ) -> tuple[dict[str, float], int]:
     """One pass over ``data`` (the argument ``name``): the mean loss and metrics, the steps run.
 
@@ -837,23 +839,33 @@ def _run_epoch(
     of the epoch, except every ``READ_INTERVAL`` seconds: the running loss for a live bar, and
     whether a step has failed (the remaining batches are then left unread).
 
+    ``start``: the steps of this epoch already run before a restart; ``data`` holds the rest,
+    and the totals and metrics hold the state those steps left (restored from a checkpoint), so
+    they are not reset. ``save``: ``(every, save)`` calls ``save(step)`` after every ``every``
+    steps of the epoch (counted from its first step, ``start`` included), unless a step was bad.
+
     Raises:
         NonFiniteError: After a bad step (see :func:`_epoch_function`); ``cause(loss)`` names its
             cause.
         ValueError: If ``data`` gave no example (a dataset of unknown length can turn out empty).
     """
     run_next, totals = function
-    for _, metric, _ in entries:
-        metric.reset_state()
-    for variable in totals.values():
-        variable.assign(tf.zeros_like(variable))
+    if not start:
+        for _, metric, _ in entries:
+            metric.reset_state()
+        for variable in totals.values():
+            variable.assign(tf.zeros_like(variable))
     iterator = iter(data)
-    index, next_read = 0, time.monotonic() + READ_INTERVAL
+    index, next_read = start, time.monotonic() + READ_INTERVAL
     while steps is None or index < steps:
         more = run_next(iterator)
         if steps is None and not bool(more):  # a dataset of unknown length: ask the iterator
             break
         index += 1
+        if save is not None and index % save[0] == 0:
+            if int(totals["bad_step"]):
+                break
+            save[1](index)
         if time.monotonic() >= next_read:
             if int(totals["bad_step"]):
                 break
@@ -890,6 +902,8 @@ def fit(
     log_dir: str | os.PathLike | None = None,
     progress: bool = True,
     on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: int | None = None,
 ) -> dict[str, list[float]]:
     """Train ``model`` on ``dataset`` with a custom loop; the counterpart of ``model.fit``.
 
@@ -930,7 +944,19 @@ def fit(
             bar when standard output is a terminal (refreshed every ``READ_INTERVAL`` seconds),
             one finished line elsewhere (notebooks, logs). False: silent.
         on_epoch_end: Called as ``on_epoch_end(epoch, logs)`` after each epoch (from 1), with the
-            epoch's entries; use it for checkpoints or your own logging.
+            epoch's entries; use it for your own logging.
+        checkpoint_dir: A folder for checkpoints, so that a job that crashed can be restarted
+            where it stopped. At the start ``fit`` restores the newest checkpoint there, if any:
+            the model, the optimizer, the history and the state of the epoch in progress, and
+            carries on from the step it was saved at (``epochs`` counts the epochs restored; if
+            they are all done, it returns their history). It writes one at the end of every
+            epoch. Under a multi-worker strategy the chief's checkpoints are kept (every worker
+            takes part in a save) and every worker restores from this folder, so it must be one
+            they all see. A resumed run repeats an uninterrupted one only if the datasets yield
+            the same batches each pass (no reshuffling, or a seeded shuffle with
+            ``reshuffle_each_iteration=False``).
+        checkpoint_every: Also write a checkpoint every this many steps within an epoch (needs
+            ``checkpoint_dir``); None: at the end of epochs only.
 
     Returns:
         A history dict, from ``"loss"``, each metric's name and their ``val_`` forms to one
@@ -944,9 +970,10 @@ def fit(
             range (``epochs``, ``clip_norm``, a ``log_dir`` that is ``""`` or a file, the
             optimizer's learning rate not finite, metrics sharing a name), the model has no
             trainable variables, or the model or optimizer was created outside
-            ``strategy.scope()``; when tracing, if a metrics key is not an output or a target,
-            or a plain function returns a scalar loss under several replicas; at the end of an
-            epoch, if a dataset of unknown length gave no example.
+            ``strategy.scope()``, or ``checkpoint_dir`` holds a checkpoint of another model,
+            optimizer or set of metrics; when tracing, if a metrics key is not an output or a
+            target, or a plain function returns a scalar loss under several replicas; at the end
+            of an epoch, if a dataset of unknown length gave no example.
         NonFiniteError: (a ``FloatingPointError``) if a training step's loss, the learning rate
             or (without a loss-scale optimizer) a gradient is NaN or infinite (the model keeps
             the weights from before that step), if an update made a weight NaN or infinite (the
@@ -979,7 +1006,9 @@ def fit(
     epochs = check_int(epochs, "epochs", minimum=1, maximum=MAX_EPOCHS)
     clip_norm = check_clip_norm(clip_norm)
     progress = check_bool(progress, "progress")
-    log_dir = _check_log_dir(log_dir)
+    log_dir = _check_folder(log_dir, "log_dir", "TensorBoard's files")
+    checkpoint_dir = _check_folder(checkpoint_dir, "checkpoint_dir", "checkpoints")
+    checkpoint_every = _check_checkpoint_every(checkpoint_every, checkpoint_dir)
     if on_epoch_end is not None:
         _check_signature(on_epoch_end, "on_epoch_end", "a callable(epoch, logs) or None", (1, {}))
     entries = _metric_entries(metrics)
@@ -1020,15 +1049,29 @@ def fit(
     steps = _length(dataset)
     names = ["loss", *(name for _, _, name in entries)]
     history: dict[str, list[float]] = {}
+    done, start, checkpoint = 0, 0, None
+    if checkpoint_dir is not None:
+        state = [*train[1].values(), *(v for _, metric, _ in entries for v in metric.variables)]
+        checkpoint = TrainingCheckpoint(checkpoint_dir, model, optimizer, strategy, state)
+        restored = checkpoint.restore()
+        if restored is not None:
+            done, start, history, path = restored
+            if progress:
+                print(_resumed(path, done, start))
+    save = (
+        (checkpoint_every, lambda step: checkpoint.save(epoch - 1, step, history))
+        if checkpoint_every is not None
+        else None
+    )
     writer = tf.summary.create_file_writer(log_dir) if log_dir is not None else None
     try:
-        for epoch in range(1, epochs + 1):
+        for epoch in range(done + 1, epochs + 1):
             if progress:
                 print(f"Epoch {epoch}/{epochs}")
             bar = _progress_bar(steps, names) if progress else None
             logs, steps_run = _run_epoch(
                 train,
-                train_data,
+                _distribute(dataset.skip(start), strategy) if start else train_data,
                 steps,
                 entries,
                 name="dataset",
@@ -1036,7 +1079,10 @@ def fit(
                 history=history,
                 bar=bar,
                 cause=lambda loss: _training_cause(loss, model, optimizer),
+                start=start,
+                save=save,
             )
+            start = 0
             _finish(bar, steps_run, logs)
             if validation_data is not None:
                 val_names = [f"val_{name}" for name in names]
@@ -1060,10 +1106,32 @@ def fit(
                 _write_scalars(writer, logs, epoch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch, dict(logs))
+            if checkpoint is not None:
+                checkpoint.save(epoch, 0, history)
     finally:
         if writer is not None:
             writer.close()
     return history
+
+
+def _check_checkpoint_every(every: Any, checkpoint_dir: str | None) -> int | None:
+    every = check_int(every, "checkpoint_every", minimum=1, allow_none=True)
+    if every is not None and checkpoint_dir is None:
+        raise ValueError(
+            f"checkpoint_every: expected None without a checkpoint_dir, got {every}; pass "
+            f"checkpoint_dir too"
+        )
+    return every
+
+
+def _resumed(path: str, epochs_done: int, steps_done: int) -> str:
+    """The line ``fit`` prints when it carries on from the checkpoint at ``path``."""
+    where = (
+        f"epoch {epochs_done + 1}, after step {steps_done}"
+        if steps_done
+        else (f"after epoch {epochs_done}")
+    )
+    return f"Resumed from {os.path.basename(path)} ({where})"
 
 
 def _training_cause(loss: float, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> str:

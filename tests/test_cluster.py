@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import time
 
 import keras
@@ -132,3 +133,59 @@ def test_two_workers_of_multi_worker_mirrored_strategy_end_with_the_same_weights
     lines = [r.stdout.split() for r in results]
     assert lines[0][0] == lines[1][0] == "2"  # one replica per worker, two in sync
     assert lines[0][1] == lines[1][1], json.dumps([r.stderr[-500:] for r in results])
+
+
+RESUMABLE = """
+import os, signal
+import numpy as np, tensorflow as tf, keras
+from companion.cluster import variables_digest
+from companion.training import fit
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1)])
+    optimizer = keras.optimizers.Adam(0.01)
+x = np.random.default_rng(0).normal(size=(256, 3)).astype("float32")
+data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(16)
+kill_at, read = int(os.environ.get("KILL_AT", "0")), [0]
+
+def read_batch(x):  # worker 1 dies (SIGKILL: no handler runs) at its KILL_AT-th batch
+    read[0] += 1
+    if strategy.cluster_resolver.task_id == 1 and read[0] == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+data = data.map(lambda x, y: (tf.ensure_shape(tf.py_function(read_batch, [x], tf.float32),
+                                              x.shape), y))
+fit(model, data, optimizer=optimizer, loss=keras.losses.MeanSquaredError(), epochs=3,
+    strategy=strategy, checkpoint_dir=os.environ["CHECKPOINTS"], checkpoint_every=4)
+print("digest", variables_digest(model))
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_epoch_and_the_job_restarted_ends_where_an_unbroken_job_does(
+    tmp_path,
+):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+
+    def job(folder, kill_at=0):
+        settings = {"CHECKPOINTS": str(tmp_path / folder), "KILL_AT": str(kill_at)}
+        return run_workers(RESUMABLE, 2, env=env | settings, timeout=240)
+
+    def digests(results):
+        return {line for r in results for line in r.stdout.splitlines() if "digest" in line}
+
+    unbroken = digests(job("unbroken"))
+    assert len(unbroken) == 1  # both workers hold the same weights
+    with pytest.raises(WorkerError, match=r"^worker 1 of 2 exited with status -9") as killed:
+        job("broken", kill_at=28)  # in epoch 2 of 3 (16 batches each)
+    assert [r.returncode for r in killed.value.results] == [-9, -9]  # worker 0 killed by us
+    resumed = job("broken")
+    match = re.search(r"Resumed from ckpt-\d+ \(epoch 2, after step (\d+)\)", resumed[0].stdout)
+    assert match and int(match.group(1)) % 4 == 0, resumed[0].stdout[:300]
+    assert "Epoch 1/3" not in resumed[0].stdout
+    assert digests(resumed) == unbroken

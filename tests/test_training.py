@@ -1029,3 +1029,126 @@ def test_clip_by_global_norm_takes_what_a_tape_gives():
     scaled = clip_by_global_norm([dense * 1024], clip_norm=1.0, loss_scale=1024.0)
     np.testing.assert_allclose(scaled[0].numpy(), [0.0, 1024.0], rtol=1e-6)
     assert clip_by_global_norm([None], clip_norm=1.0) == [None]
+
+
+# ---------------------------------------------------------------- checkpoints and resuming
+
+
+def crashing(data, at):
+    """``data``, whose pipeline raises when it reads its ``at``-th batch (counted over epochs)."""
+    read = {"batches": 0}
+
+    def count(x):
+        read["batches"] += 1
+        if read["batches"] == at:
+            raise RuntimeError("the machine is gone")
+        return x
+
+    def through(x, y):
+        x = tf.ensure_shape(tf.py_function(count, [x], x.dtype), x.shape)
+        return x, y
+
+    return data.map(through)
+
+
+def resumable_run(directory, data, epochs=3, **kwargs):
+    """A fresh model, optimizer and metric (as a restarted process has), trained by ``fit``."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((2,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)]
+    )
+    optimizer = kwargs.pop("optimizer", None) or keras.optimizers.Adam(0.05)
+    history = fit(
+        model,
+        data,
+        optimizer=optimizer,
+        loss=keras.losses.MeanSquaredError(),
+        metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
+        epochs=epochs,
+        checkpoint_dir=directory,
+        **({"progress": False} | kwargs),
+    )
+    return model, optimizer, history
+
+
+def test_a_run_that_crashed_mid_epoch_resumes_to_the_weights_of_one_that_did_not(tmp_path, capsys):
+    data = regression_data(n=40, batch=4, targets=np.arange(40) / 10)
+    validation = regression_data(n=8, batch=4)
+    model, optimizer, history = resumable_run(tmp_path / "whole", data, validation_data=validation)
+    with pytest.raises(tf.errors.OpError, match="the machine is gone"):
+        resumable_run(
+            tmp_path / "cut", crashing(data, at=17), checkpoint_every=3, validation_data=validation
+        )
+    again, again_optimizer, again_history = resumable_run(
+        tmp_path / "cut", data, checkpoint_every=3, validation_data=validation, progress=True
+    )
+    printed = capsys.readouterr().out
+    # batch 17 is epoch 2's seventh: the newest checkpoint holds epoch 2 up to step 6
+    assert printed.startswith("Resumed from ckpt-6 (epoch 2, after step 6)\nEpoch 2/3\n")
+    assert "Epoch 1/3" not in printed
+    # the history, metrics included, and every bit of every weight are those of the whole run
+    assert again_history == history
+    assert variables_equal(model.weights, again.weights)
+    assert variables_equal(optimizer.variables, again_optimizer.variables)
+    assert int(again_optimizer.iterations) == 30
+
+
+def variables_equal(first, second):
+    return len(first) == len(second) and all(
+        np.array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+        for a, b in zip(first, second)
+    )
+
+
+def test_a_finished_run_is_not_trained_again_and_more_epochs_carry_on(tmp_path, capsys):
+    data = regression_data(n=16, batch=4, targets=np.arange(16) / 4)
+    longer, _, longer_history = resumable_run(tmp_path / "five", data, epochs=5)
+    model, _, history = resumable_run(tmp_path / "resumed", data, epochs=3)
+    weights = [w.copy() for w in model.get_weights()]
+    again, _, again_history = resumable_run(tmp_path / "resumed", data, epochs=3, progress=True)
+    assert capsys.readouterr().out == "Resumed from ckpt-3 (after epoch 3)\n"
+    assert again_history == history and variables_equal(weights, again.get_weights())
+    more, _, more_history = resumable_run(tmp_path / "resumed", data, epochs=5)
+    assert more_history == longer_history and variables_equal(longer.weights, more.weights)
+
+
+def test_mixed_precision_resumes_with_its_loss_scale(tmp_path, mixed_float16):
+    # Input 1 overflows the first scaled gradient, so the loss scale halves to 2**14 in step 1;
+    # a resumed run that lost it would skip another step and end elsewhere.
+    data = constant_data(1.0, steps=4, targets=[0.0, 0.2, 0.1, 0.3])
+
+    def run(directory, data):
+        model = one_weight_model()
+        optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+        fit(
+            model,
+            data,
+            optimizer=optimizer,
+            loss=keras.losses.MeanSquaredError(),
+            epochs=2,
+            checkpoint_dir=directory,
+            checkpoint_every=2,
+            progress=False,
+        )
+        return model, optimizer
+
+    model, optimizer = run(tmp_path / "whole", data)
+    with pytest.raises(tf.errors.OpError):
+        run(tmp_path / "cut", crashing(data, at=7))
+    again, again_optimizer = run(tmp_path / "cut", data)
+    assert float(again_optimizer.dynamic_scale) == float(optimizer.dynamic_scale) == 2.0**14
+    assert variables_equal(model.weights, again.weights)
+
+
+def test_checkpoints_of_another_model_or_a_file_are_refused(tmp_path):
+    resumable_run(tmp_path / "other", regression_data(), epochs=1)
+    with pytest.raises(
+        ValueError, match=r"^checkpoint_dir: expected checkpoints of this model, optimizer and"
+    ):
+        fit_regression(two_weight_model(), regression_data(), checkpoint_dir=tmp_path / "other")
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ValueError, match=r"^checkpoint_dir: expected a folder for checkpoints"):
+        fit_regression(two_weight_model(), regression_data(), checkpoint_dir=tmp_path / "a_file")
+    with pytest.raises(ValueError, match=r"^checkpoint_every: expected None without a check"):
+        fit_regression(two_weight_model(), regression_data(), checkpoint_every=2)
+    assert not (tmp_path / "a_file").read_text()

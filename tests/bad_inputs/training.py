@@ -100,7 +100,7 @@ CLIP_NORM = Kind(
     extra_bad=(1e-300, 1e39),
 )
 STRATEGY = Instance(tf.distribute.Strategy, what="a tf.distribute.Strategy").or_none()
-LOG_DIR = Kind(
+FOLDER = Kind(
     "None or a non-empty path of a folder",
     lambda v: v is None or (isinstance(v, str) and v != ""),
     extra_bad=(_FILE,),
@@ -129,6 +129,8 @@ def fit_arguments():
         "log_dir": None,
         "progress": False,
         "on_epoch_end": None,
+        "checkpoint_dir": None,
+        "checkpoint_every": None,
     }
 
 
@@ -216,7 +218,9 @@ CASES = [
             "validation_data": DATASET.or_none(),
             "clip_norm": CLIP_NORM,
             "strategy": STRATEGY,
-            "log_dir": LOG_DIR,
+            "log_dir": FOLDER,
+            "checkpoint_dir": FOLDER,
+            "checkpoint_every": Int(1).or_none(),
             "progress": Bool(),
             "on_epoch_end": ON_EPOCH_END,
         },
