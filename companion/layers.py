@@ -320,7 +320,8 @@ class ResidualBlock(keras.layers.Layer):
             (``fresh_initializer``), so their starting kernels differ, also when the
             initializer is seeded.
         kernel_regularizer: Optional regularizer for all kernels.
-        **kwargs: Base-layer arguments (``name``, ``dtype``, ...).
+        **kwargs: Base-layer arguments (``name``, ``dtype``, ...). A ``dtype`` policy such as
+            ``"mixed_float16"`` is also the sublayers' policy.
 
     Raises:
         TypeError: If ``units`` or ``hidden_units`` is not an int, or the activation,
@@ -361,10 +362,14 @@ class ResidualBlock(keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     def _dense_args(self, index: int) -> dict[str, Any]:
-        """Initializer and regularizer arguments for sublayer ``index`` (its own initializer)."""
+        """Initializer, regularizer and dtype arguments for sublayer ``index`` (its own
+        initializer)."""
         return dict(
             kernel_initializer=fresh_initializer(self.kernel_initializer, index),
             kernel_regularizer=self.kernel_regularizer,
+            # The block's own policy (``dtype="mixed_float16"``), not the global one: a sublayer
+            # computing in float32 would meet a float16 shortcut in the sum.
+            dtype=self.dtype_policy,
         )
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:

@@ -326,7 +326,8 @@ class MultiModalModel(keras.Model):
         image_units: Width of the image features.
         meta_units: Widths of the metadata branch's two layers.
         fused_units: Width of the fusion block's output.
-        **kwargs: Base-model arguments (``name``, ``dtype``, ``trainable``).
+        **kwargs: Base-model arguments (``name``, ``dtype``, ``trainable``). A ``dtype`` policy
+            such as ``"mixed_float16"`` is every layer's policy.
 
     Raises:
         TypeError: If an argument has the wrong type.
@@ -366,6 +367,10 @@ class MultiModalModel(keras.Model):
         self.concatenate = keras.layers.Concatenate(name="concatenate")
         self.fusion = _fusion(self.fused_units)
         self.classifier = _head(self.num_classes)
+        # A dtype given to the model (``dtype="mixed_float16"``) is every layer's policy; Keras
+        # leaves a model's sublayers at the global policy otherwise.
+        for layer in self._flatten_layers(include_self=False):
+            layer.dtype_policy = self.dtype_policy
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         _check_inputs(inputs)  # before Keras: its errors would come from build or a sublayer

@@ -491,3 +491,18 @@ def test_fresh_initializer_wants_an_initializer_or_a_callable(initializer):
         match=r"^initializer: expected a keras.initializers.Initializer or a callable, got ",
     ):
         fresh_initializer(initializer)
+
+
+# ---------------------------------------------------------------- a dtype policy per layer
+
+
+@pytest.mark.parametrize("units", [4, 5])  # the shortcut: identity, projection
+def test_residual_block_passes_its_own_dtype_policy_to_its_sublayers(units):
+    block = ResidualBlock(units, hidden_units=6, dtype="mixed_float16")
+    out = block(_inputs())
+    sublayers = [block.hidden, block.output_dense] + ([block.projection] if units == 5 else [])
+    assert [layer.dtype_policy.name for layer in sublayers] == ["mixed_float16"] * len(sublayers)
+    assert out.dtype == "float16"
+    assert {w.dtype for w in block.weights} == {"float32"}
+    reloaded = ResidualBlock.from_config(block.get_config())
+    assert reloaded.hidden.dtype_policy.name == "mixed_float16"

@@ -369,3 +369,18 @@ def test_branch_and_model_names_must_be_non_empty_strings(name):
     ):
         with pytest.raises((TypeError, ValueError), match=r"^name: expected a non-empty str, got "):
             build()
+
+
+def test_multimodal_model_passes_its_own_dtype_policy_to_every_layer():
+    model = MultiModalModel(
+        3, filters=(4, 4), image_units=8, meta_units=(8, 8), fused_units=8, dtype="mixed_float16"
+    )
+    images = np.zeros((2, 8, 8, 3), "float32")
+    out = model((images, np.zeros((2, 4), "float32")))
+    policies = {  # InputLayers, which the branches add when built, compute nothing
+        layer.name: layer.dtype_policy.name
+        for layer in model._flatten_layers(include_self=False)
+        if not isinstance(layer, keras.layers.InputLayer)
+    }
+    assert set(policies.values()) == {"mixed_float16"}, policies
+    assert out.dtype == "float16" and {w.dtype for w in model.weights} == {"float32"}
