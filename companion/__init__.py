@@ -12,8 +12,10 @@ stays cheap and never imports TensorFlow by itself::
     from companion.layers import CustomDense, ResidualBlock         # chapter 4
     from companion.gradients import clipped_identity, gradient_error  # chapter 5
     from companion.models import functional_multimodal, MultiModalModel  # chapter 6
-    from companion.training import fit, make_train_step             # chapter 7
+    from companion.training import fit, make_train_step             # chapters 7, 10
+    from companion.fitting import GuardedModel                      # chapter 8
     from companion.optimizers import AdamW, TransformGradients      # chapter 9
+    from companion.cluster import run_workers, variables_digest     # chapter 10
     from companion.diagnostics import check_roundtrip, first_nonfinite  # chapter 11
     from companion.timing import time_call, compare                 # timing harness (chapters 1-13)
     from companion.bench import blur_op, compiled_blur_vs_opencv    # chapter 12 (make bench)

@@ -1,4 +1,4 @@
-"""Several workers on one machine: the multi-worker chapter's harness.
+"""Several workers on one machine: chapter 10's harness.
 
 ``run_workers`` starts the same Python source in several fresh processes, each with the
 ``TF_CONFIG`` of one task of a cluster on 127.0.0.1 (free ports, one per worker), as a cluster

@@ -18,6 +18,11 @@ gradients, as Keras's own ``train_step`` does, so a ``keras.optimizers.LossScale
 fetches each batch inside the graph, the epoch's totals stay on the device (nothing is read
 back after each step), and the traced function is kept on the model, so calling ``fit`` again
 with the same model, optimizer, loss, metrics and data layout does not trace again.
+
+With ``checkpoint_dir`` (chapter 10) ``fit`` writes checkpoints of the model, the optimizer,
+the history and the epoch in progress, and a restarted job carries on from the newest one, to
+the weights an unbroken run reaches; under ``MultiWorkerMirroredStrategy`` the chief's are kept
+and every worker restores them.
 """
 
 from __future__ import annotations
