@@ -3,7 +3,9 @@
 A :class:`TrainingCheckpoint` holds the model, the optimizer, how far training got (epochs done,
 steps done in the next one), the history so far and the running state of the current epoch
 (``fit``'s totals and the metrics' variables), so that a job restarted after a crash carries on
-from the step it last saved, with the same numbers as a run that never stopped.
+from the step it last saved, with the weights and losses of a run that never stopped. (Under a
+strategy with several replicas a metric's variables are saved as their sum over the replicas
+and restored as one total, so its later sums can round differently in the last bit.)
 
 Under ``MultiWorkerMirroredStrategy`` every worker must take part in a save (reading a variable
 may be a collective operation), but only the chief's copy is kept: the others write theirs to a

@@ -957,8 +957,9 @@ def fit(
             they are all done, it returns their history). It writes one at the end of every
             epoch. Under a multi-worker strategy the chief's checkpoints are kept (every worker
             takes part in a save) and every worker restores from this folder, so it must be one
-            they all see. A resumed run repeats an uninterrupted one only if the datasets yield
-            the same batches each pass (no reshuffling, or a seeded shuffle with
+            they all see. A resumed run repeats an uninterrupted one (the same weights and
+            losses to the bit, metrics to float rounding on several replicas) only if the
+            datasets yield the same batches each pass (no reshuffling, or a seeded shuffle with
             ``reshuffle_each_iteration=False``).
         checkpoint_every: Also write a checkpoint every this many steps within an epoch (needs
             ``checkpoint_dir``); None: at the end of epochs only.
