@@ -32,12 +32,13 @@ quiet_tf = { $(1) 2>&1 1>&3 | sed -E '$(TF_EARLY_LOG)' >&2; } 3>&1
 CHAPTER_MODULE = $(shell sed -n 's/.*]($(notdir $(NB))).*`companion\.\([a-z_]*\)` |$$/\1/p' book/intro.md)
 CHAPTER_TESTS = $(if $(CHAPTER_MODULE),tests/test_$(CHAPTER_MODULE).py companion/$(CHAPTER_MODULE).py)
 
-.PHONY: help venv book lint chromium test unit notebooks check test-colab bench kernels check-template stamp execute clean
+.PHONY: help venv book lint chromium test unit notebooks notebooks-gpu check test-colab bench kernels check-template stamp execute clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
 	@echo "make test        unit tests + docstring examples + every notebook under nbval + strict book build"
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
+	@echo "make notebooks-gpu  notebooks on Colab's stack under the GPU stand-in (NB=... for one)"
 	@echo "make lint        ruff: code style and line length (88 in notebooks, 100 elsewhere)"
 	@echo "make unit        unit tests and docstring examples only"
 	@echo "make notebooks   every notebook under nbval only"
@@ -102,6 +103,10 @@ $(COLAB_INSTALLED): $(COLAB_STACK) pyproject.toml
 	$(COLAB_BIN)/python tools/check_stack.py $(COLAB_STACK)
 	touch $@
 
+# Readers run the notebooks in Colab on a GPU: on Colab's stack every notebook runs under the GPU
+# stand-in (companion/devices.py: setup() makes Keras and TensorFlow see a GPU, and turns off
+# the CPU-only fusions), so that Keras's GPU choices are tested without a GPU.
+STAND_IN := WHITE_BOX_TF_GPU_STAND_IN
 # The installed companion is refreshed from this tree on every run (same version number, so
 # --force-reinstall; --no-deps, its dependencies were resolved above). `pytest` (the script, not
 # `python -m pytest`) with importlib imports keeps this tree off sys.path, and `--pyargs companion`
@@ -112,7 +117,13 @@ test-colab: $(COLAB_INSTALLED)
 	$(COLAB_BIN)/python tools/check_stack.py $(COLAB_STACK)
 	cd book && ../$(COLAB_BIN)/python -c "import companion; assert 'site-packages' in companion.__file__, companion.__file__"
 	cd book && $(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB_BIN)/python -m companion.kernels)
-	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) $(UNIT_TESTS) book --pyargs companion
+	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(UNIT_TESTS) --pyargs companion
+	$(STAND_IN)=1 $(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib $(PYTEST_NOTEBOOK_FLAGS) book
+
+# `make notebooks-gpu`: every notebook (or NB=...) on Colab's stack under the GPU stand-in.
+notebooks-gpu: $(COLAB_INSTALLED)
+	$(COLAB_BIN)/python -m pip install -q --no-deps --force-reinstall .
+	$(STAND_IN)=1 $(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib $(PYTEST_NOTEBOOK_FLAGS) $(or $(NB),book)
 
 # Chapter 13's compiled op (companion.kernels), built ahead of time once per TensorFlow version into
 # the per-user cache ($$WHITE_BOX_TF_CACHE, default ~/.cache/white-box-tf/kernels) that the tests

@@ -15,8 +15,8 @@ Chapter 11 reproduces each pitfall, detects it with these helpers, fixes it and 
   argument changed (shape, dtype or Python value) between a trace and the one before it.
 - ``check_variable_batch(layer, sample_input)`` traces a layer with the batch size unknown and
   runs it on two batch sizes.
-- ``simulated_gpu()`` makes ``model.compile()`` choose as it does on a machine with a GPU (XLA by
-  default), so the GPU's code path can be tested on a CPU.
+- ``simulated_gpu()`` (from ``companion.devices``) makes ``model.compile()`` choose as it does on
+  a machine with a GPU (XLA by default), so the GPU's code path can be tested on a CPU.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from companion._checks import (
     check_real,
     describe,
 )
+from companion.devices import simulated_gpu
 from companion.notebook import run_python, strip_ansi
 
 __all__ = [
@@ -1212,45 +1213,3 @@ def explain_retrace(counter: TraceCounter, trace: int = -1) -> str:
         or "no argument differs (not retraced for an argument)"
     )
     return f"trace {index + 1} of {count}, against trace {closest + 1}: {said}"
-
-
-#: The device ``simulated_gpu`` adds to TensorFlow's list of physical devices.
-_SIMULATED_GPU = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
-
-
-@contextlib.contextmanager
-def simulated_gpu() -> Iterator[None]:
-    """Let Keras believe a GPU is visible, so that ``compile()`` chooses what it chooses on a GPU.
-
-    ``model.compile()`` leaves ``jit_compile="auto"``, which Keras resolves by asking TensorFlow
-    for its physical devices: with a GPU among them (and no ``tf.distribute`` strategy), the
-    model is compiled with XLA unless one of its layers sets ``supports_jit = False``. Inside
-    this block ``tf.config.list_physical_devices`` also lists one GPU; nothing else changes, and
-    nothing runs on a GPU. Call ``compile`` inside the block and ``fit`` after it: XLA then
-    compiles the step for the CPU, where an op without an XLA kernel (``py_function``, a custom
-    C++ op) fails as it does on a GPU. Anything else that asks for devices inside the block
-    (``companion.notebook.gpu_available``, for one) sees the GPU too, so keep the block short.
-
-    Yields:
-        Nothing; the device list is restored on exit, also after an error.
-
-    Example:
-        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-        >>> with simulated_gpu():
-        ...     model.compile(optimizer="sgd", loss="mse")
-        >>> model.jit_compile  # on this CPU, compile() outside the block chooses False
-        True
-    """
-    listed = tf.config.list_physical_devices
-
-    def with_a_gpu(device_type: str | None = None) -> list[Any]:
-        devices = listed(device_type)
-        if device_type in (None, "GPU") and not any(d.device_type == "GPU" for d in devices):
-            devices = [*devices, _SIMULATED_GPU]
-        return devices
-
-    tf.config.list_physical_devices = with_a_gpu
-    try:
-        yield
-    finally:
-        tf.config.list_physical_devices = listed

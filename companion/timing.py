@@ -24,7 +24,6 @@ from companion._checks import (
     check_str,
     describe,
 )
-from companion.notebook import gpu_available
 
 # TensorFlow is imported in the two functions that use it: importing the harness stays cheap
 # (``python -m companion.bench --help`` answers without TensorFlow).
@@ -175,8 +174,14 @@ def compare(
 
 
 def default_device() -> str:
-    """``"/GPU:0"`` when TensorFlow sees a GPU, else ``"/CPU:0"``."""
-    return "/GPU:0" if gpu_available() else "/CPU:0"
+    """``"/GPU:0"`` when TensorFlow can place ops on a GPU, else ``"/CPU:0"``.
+
+    It asks for the logical devices, where ops run: under the GPU stand-in
+    (``companion.devices``) a GPU is listed but every op runs on the CPU, and so do the timings.
+    """
+    import tensorflow as tf
+
+    return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
 
 
 def resolve_device(device: str | None) -> str:

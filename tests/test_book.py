@@ -160,6 +160,34 @@ def test_setup_cell_installs_from_the_configured_repository():
     assert CONFIG["repository"]["url"] in _template().setup_source()
 
 
+#: Run before the setup cell: a Colab kernel (google.colab imported) without the companion.
+_AS_IN_COLAB = """\
+import importlib.util, sys, types
+sys.modules["google.colab"] = types.ModuleType("google.colab")
+_find_spec = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a: None if name == "companion" else _find_spec(name, *a)
+"""
+
+
+def test_setup_cell_in_colab_says_what_failed_when_pip_cannot_install(tmp_path):
+    import subprocess
+    import sys
+
+    unreachable = (tmp_path / "no-such-repository").as_uri()
+    source = _template().SETUP_CELL.format(url=unreachable)
+    child = subprocess.run(
+        [sys.executable, "-c", _AS_IN_COLAB + source],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode != 0
+    *_, raised, advice = child.stderr.strip().splitlines()
+    tried = f"RuntimeError: pip could not install white-box-tf @ git+{unreachable}: "
+    assert raised.startswith(tried) and len(raised) > len(tried)  # then pip's last line
+    assert advice.startswith("Check that this runtime reaches github.com")
+
+
 def _pinned(requirement_file, package, operator):
     text = (ROOT / requirement_file).read_text()
     return re.search(rf"^{re.escape(package)}{operator}(\d+\.\d+)", text, re.MULTILINE).group(1)

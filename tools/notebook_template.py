@@ -30,10 +30,23 @@ SETUP_TAGS = ["hide-input", "nbval-ignore-output"]
 SETUP_CELL = """\
 # Setup, the same in every chapter (in Colab it installs the companion first).
 import importlib.util
+import subprocess
 import sys
 
+PACKAGE = "white-box-tf @ git+{url}"
 if "google.colab" in sys.modules and not importlib.util.find_spec("companion"):
-    %pip install -q "white-box-tf @ git+{url}"
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", PACKAGE],
+        capture_output=True,
+        text=True,
+    )
+    if pip.returncode != 0:
+        said = (pip.stderr.strip() or pip.stdout.strip() or "no output").splitlines()
+        raise RuntimeError(
+            f"pip could not install {{PACKAGE}}: {{said[-1]}}\\n"
+            "Check that this runtime reaches github.com, then run this cell again "
+            "(or upload the repository and run `pip install` on its folder)."
+        )
     importlib.invalidate_caches()
 try:
     from companion.notebook import setup

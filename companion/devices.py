@@ -1,0 +1,173 @@
+"""What Keras and TensorFlow see of the devices, and a GPU stand-in for testing GPU paths on a CPU.
+
+Keras decides some things by asking TensorFlow which devices exist: ``jit_compile="auto"``
+means XLA as soon as a GPU is listed (at ``compile``, or at ``fit`` / ``predict`` time for a model
+never compiled). TensorFlow's graph optimizer fuses some ops on the CPU only (oneDNN's
+MatMul+BiasAdd+ReLU, ``_MklSwish``). A CPU alone shows neither GPU path; these helpers do:
+
+- ``simulated_gpu()`` and ``simulated_cpu_only()``: for the length of a ``with`` block, TensorFlow
+  lists one GPU more, or no GPU at all (what ``compile()`` decides inside the block).
+- ``start_gpu_stand_in()``: for the whole process, a listed GPU and no CPU-only fusions; what
+  ``setup()`` does when ``WHITE_BOX_TF_GPU_STAND_IN=1`` is set (``make test-colab`` runs every
+  notebook so). It cannot show the numerics of real GPU kernels, TF32 or speed: the ops still
+  run on the CPU.
+- ``missing_xla_kernel(error)``: the op an XLA error names, on any device (``XLA_CPU_JIT`` on a
+  CPU, ``XLA_GPU_JIT`` on a GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from companion._checks import check_instance
+
+__all__ = [
+    "STAND_IN_VARIABLE",
+    "gpu_stand_in_active",
+    "missing_xla_kernel",
+    "simulated_cpu_only",
+    "simulated_gpu",
+    "start_gpu_stand_in",
+]
+
+#: The environment variable that makes ``setup()`` start the GPU stand-in (value ``"1"``).
+STAND_IN_VARIABLE = "WHITE_BOX_TF_GPU_STAND_IN"
+#: XLA's "no kernel for this op" message, for the CPU's and the GPU's compiler alike.
+_NO_XLA_KERNEL = re.compile(r"No registered '(\w+)' OpKernel for XLA_(?:CPU|GPU)_JIT devices")
+
+
+def _simulated_gpu_device() -> Any:
+    import tensorflow as tf
+
+    return tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+
+
+def _with_a_gpu(listed: Any) -> Any:
+    """``tf.config.list_physical_devices`` that also lists one GPU when none is there."""
+
+    def list_physical_devices(device_type: str | None = None) -> list[Any]:
+        devices = listed(device_type)
+        if device_type in (None, "GPU") and not any(d.device_type == "GPU" for d in devices):
+            devices = [*devices, _simulated_gpu_device()]
+        return devices
+
+    list_physical_devices.listed = listed  # the real function, for gpu_stand_in_active
+    return list_physical_devices
+
+
+def _without_gpus(listed: Any) -> Any:
+    """``tf.config.list_physical_devices`` that lists no GPU, real or simulated."""
+
+    def list_physical_devices(device_type: str | None = None) -> list[Any]:
+        return [d for d in listed(device_type) if d.device_type != "GPU"]
+
+    return list_physical_devices
+
+
+@contextlib.contextmanager
+def _listing(make: Any) -> Iterator[None]:
+    import tensorflow as tf
+
+    listed = tf.config.list_physical_devices
+    tf.config.list_physical_devices = make(listed)
+    try:
+        yield
+    finally:
+        tf.config.list_physical_devices = listed
+
+
+def simulated_gpu() -> contextlib.AbstractContextManager[None]:
+    """Let Keras believe a GPU is visible, so that ``compile()`` chooses what it chooses on a GPU.
+
+    ``model.compile()`` leaves ``jit_compile="auto"``, which Keras resolves by asking TensorFlow
+    for its physical devices: with a GPU among them (and no ``tf.distribute`` strategy), the
+    model is compiled with XLA unless one of its layers sets ``supports_jit = False`` or op
+    determinism is on. Inside this block ``tf.config.list_physical_devices`` also lists one GPU;
+    nothing else changes, and nothing runs on a GPU. Call ``compile`` inside the block and
+    ``fit`` after it: XLA then compiles the step for the CPU, where an op without an XLA kernel
+    (``py_function``, a custom C++ op) fails as it does on a GPU. Anything else that asks for
+    devices inside the block (``companion.notebook.gpu_available``, for one) sees the GPU too,
+    so keep the block short. The device list is restored on exit, also after an error.
+
+    Example:
+        >>> import keras
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> with simulated_gpu():
+        ...     model.compile(optimizer="sgd", loss="mse")
+        >>> model.jit_compile
+        True
+    """
+    return _listing(_with_a_gpu)
+
+
+def simulated_cpu_only() -> contextlib.AbstractContextManager[None]:
+    """The opposite of ``simulated_gpu``: inside the block TensorFlow lists no GPU at all.
+
+    ``compile()`` inside it chooses what it chooses on a CPU-only machine (no XLA by default),
+    also on a GPU runtime or under the stand-in.
+
+    Example:
+        >>> import keras
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> with simulated_gpu(), simulated_cpu_only():
+        ...     model.compile(optimizer="sgd", loss="mse")
+        >>> model.jit_compile
+        False
+    """
+    return _listing(_without_gpus)
+
+
+def gpu_stand_in_active() -> bool:
+    """True when ``start_gpu_stand_in()`` has run in this process."""
+    import tensorflow as tf
+
+    return hasattr(tf.config.list_physical_devices, "listed")
+
+
+def start_gpu_stand_in() -> None:
+    """Make this whole process look like a GPU runtime to Keras and TensorFlow, on a CPU.
+
+    From now on ``tf.config.list_physical_devices`` lists one GPU (so Keras compiles ``fit``,
+    ``evaluate`` and ``predict`` with XLA by default, as on a GPU), and Grappler's remapper is
+    off (it makes oneDNN's fused kernels, which exist on the CPU only). The ops still run on the
+    CPU: ``tf.config.list_logical_devices`` lists no GPU, and the numerics of GPU kernels, TF32
+    and speed are not simulated. Calling it again changes nothing. ``setup()`` calls it when the
+    environment variable ``WHITE_BOX_TF_GPU_STAND_IN`` is ``"1"``.
+    """
+    import tensorflow as tf
+
+    if gpu_stand_in_active():
+        return
+    tf.config.list_physical_devices = _with_a_gpu(tf.config.list_physical_devices)
+    tf.config.optimizer.set_experimental_options({"remapping": False})
+
+
+def stand_in_requested() -> bool:
+    """True when the environment asks ``setup()`` for the GPU stand-in."""
+    return os.environ.get(STAND_IN_VARIABLE, "") == "1"
+
+
+def missing_xla_kernel(error: BaseException | str) -> str | None:
+    """The op XLA found no kernel for, from its error (on a CPU or a GPU), or None.
+
+    XLA names the device it compiles for: ``... OpKernel for XLA_CPU_JIT devices`` on a CPU,
+    ``XLA_GPU_JIT`` on a GPU. This reads the op's name from either.
+
+    Raises:
+        TypeError: If ``error`` is neither an exception nor a str.
+
+    Example:
+        >>> missing_xla_kernel(
+        ...     "Detected unsupported operations when trying to compile graph ... on "
+        ...     "XLA_GPU_JIT: EagerPyFunc (No registered 'EagerPyFunc' OpKernel for "
+        ...     "XLA_GPU_JIT devices compatible with node {{node blur}})"
+        ... )
+        'EagerPyFunc'
+    """
+    check_instance(error, "error", (BaseException, str), "an exception or a str")
+    match = _NO_XLA_KERNEL.search(str(error))
+    return match.group(1) if match else None
