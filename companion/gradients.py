@@ -548,6 +548,8 @@ def gradient_penalty(
             f" from {describe(critic)}"
         )
     # safe_norm, not tf.norm: where the critic is flat (a dead ReLU region) the gradient is
-    # zero, and tf.norm's second derivative there is NaN (it would reach every weight).
+    # zero, and tf.norm's first derivative there, x / ||x||, is 0/0 (autodiff: sqrt's infinite
+    # slope times 2x = 0), NaN; multiplied by the zero derivative of that flat gradient with
+    # respect to the weights it is still NaN, and reaches every weight.
     norms = safe_norm(tf.reshape(gradient, [batch, -1]), axis=1)
     return tf.reduce_mean(tf.square(norms - 1))

@@ -468,6 +468,8 @@ def clip_by_global_norm(
     by ``clip_norm``, and clipped to 1: ``tf.clip_by_global_norm`` with ``clip_norm`` itself
     computes ``1 / clip_norm``, which float32 flushes to 0 above about 8.5e37 (every gradient
     zeroed), and a limit multiplied by the scale overflows. Non-finite gradients come out NaN.
+    The norm is computed in float64 when a gradient is float64 (a float64 model), in float32
+    otherwise (float16 gradients too), and each gradient keeps its dtype.
 
     Args:
         gradients: A list of gradient tensors, None for a variable without one.
@@ -499,7 +501,10 @@ def clip_by_global_norm(
     if not present:
         return list(gradients)
     summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, present)
-    relative = tf.linalg.global_norm(summed) / tf.cast(loss_scale, tf.float32) / clip_norm
+    # float64 gradients (a float64 model) in float64, the others in float32
+    dtype = tf.float64 if any(g.dtype == tf.float64 for g in summed) else tf.float32
+    norm = tf.linalg.global_norm([tf.cast(g, dtype) for g in summed])
+    relative = norm / tf.cast(loss_scale, dtype) / clip_norm
     clipped, _ = tf.clip_by_global_norm(gradients, 1.0, use_norm=relative)
     return clipped
 
@@ -847,7 +852,8 @@ def _run_epoch(
     ``start``: the steps of this epoch already run before a restart; ``data`` holds the rest,
     and the totals and metrics hold the state those steps left (restored from a checkpoint), so
     they are not reset. ``save``: ``(every, save)`` calls ``save(step)`` after every ``every``
-    steps of the epoch (counted from its first step, ``start`` included), unless a step was bad.
+    steps of the epoch (counted from its first step, ``start`` included), unless a step was bad,
+    except after the last of a known number of ``steps``.
 
     Raises:
         NonFiniteError: After a bad step (see :func:`_epoch_function`); ``cause(loss)`` names its
@@ -867,7 +873,8 @@ def _run_epoch(
         if steps is None and not bool(more):  # a dataset of unknown length: ask the iterator
             break
         index += 1
-        if save is not None and index % save[0] == 0:
+        # not after the epoch's last step: fit saves that state at the epoch's end (validated)
+        if save is not None and index % save[0] == 0 and index != steps:
             if int(totals["bad_step"]):
                 break
             save[1](index)
@@ -962,7 +969,9 @@ def fit(
             datasets yield the same batches each pass (no reshuffling, or a seeded shuffle with
             ``reshuffle_each_iteration=False``).
         checkpoint_every: Also write a checkpoint every this many steps within an epoch (needs
-            ``checkpoint_dir``); None: at the end of epochs only.
+            ``checkpoint_dir``), but not after its last step, whose state the epoch's end saves
+            (for a dataset of unknown length ``fit`` cannot tell its last step, and saves it
+            there too); None: at the end of epochs only.
 
     Returns:
         A history dict, from ``"loss"``, each metric's name and their ``val_`` forms to one

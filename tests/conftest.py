@@ -1,4 +1,5 @@
-"""Shared by the test files: TensorFlow's C++ log level; chapters 3 and 13's blur references."""
+"""Shared by the test files: TensorFlow's C++ log level; chapters 3 and 13's blur references;
+floatx float64 for one test."""
 
 import os
 
@@ -43,3 +44,22 @@ def opencv_blur():
         return np.stack(blurred)
 
     return blur
+
+
+@pytest.fixture
+def float64_floatx():
+    """floatx float64 for one test (chapter 5's setting for gradient checks), the dtype policy too.
+
+    Keras 3 fixes its global dtype policy the first time it is read (to floatx then), so after
+    any layer was made ``set_floatx`` alone no longer changes the dtype of new layers.
+    """
+    import keras  # here: a session that does not use this fixture need not load TensorFlow
+
+    floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
+    keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
+    try:
+        yield
+    finally:
+        keras.config.set_floatx(floatx)
+        keras.config.set_dtype_policy(policy)

@@ -111,6 +111,48 @@ def test_equals_the_chapter_7_loop():
     assert max_difference(guarded, looped) < 1e-6
 
 
+def float64_guarded(how, clip_norm):
+    """A GuardedModel computing in float64, by floatx or by its layers' dtype."""
+    keras.utils.set_random_seed(0)
+    dtype = None if how == "floatx" else "float64"
+    inputs = keras.Input((3,), dtype="float64")
+    hidden = keras.layers.Dense(4, activation="tanh", dtype=dtype)(inputs)
+    outputs = keras.layers.Dense(1, dtype=dtype)(hidden)
+    return GuardedModel(inputs=inputs, outputs=outputs, clip_norm=clip_norm)
+
+
+@pytest.mark.parametrize("how", ["floatx", "layer dtype"])
+def test_clip_norm_clips_a_float64_model(how, request):
+    # The norm of float64 gradients used to be divided by a float32 loss scale: TypeError.
+    if how == "floatx":
+        request.getfixturevalue("float64_floatx")
+    x = np.random.default_rng(0).normal(size=(64, 3))
+    y = x @ np.array([[1.0], [2.0], [3.0]]) * 5
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    loss = keras.losses.MeanSquaredError(dtype="float64")
+    # the reference: one SGD(1.0) step with tf.clip_by_global_norm, in float64
+    reference = float64_guarded(how, None)
+    with tf.GradientTape() as tape:
+        value = loss(y[:8], reference(x[:8]))
+    gradients = tape.gradient(value, reference.trainable_variables)
+    clipped, norm = tf.clip_by_global_norm(gradients, 0.01)
+    assert float(norm) > 1.0 and all(g.dtype == tf.float64 for g in clipped)  # the clip acts
+    model = float64_guarded(how, 0.01)
+    model.compile(keras.optimizers.SGD(1.0), loss)
+    assert train(model, data.take(1))["skipped_steps"] == [0.0]
+    for variable, start, gradient in zip(
+        model.trainable_variables, reference.trainable_variables, clipped
+    ):
+        assert variable.dtype == "float64"
+        expected = start.numpy() - gradient.numpy()
+        np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-12, atol=1e-15)
+    # and it trains: epochs of clipped steps, none skipped, the loss falling, the weights finite
+    model.compile(keras.optimizers.SGD(0.05), loss)
+    history = train(model, data, epochs=5)
+    assert history["skipped_steps"] == [0.0] * 5 and history["loss"][-1] < history["loss"][0]
+    assert all(np.isfinite(v.numpy()).all() for v in model.trainable_variables)
+
+
 class Regularised(GuardedModel):
     """The subclassing form, with an ``add_loss`` term that the step must include."""
 

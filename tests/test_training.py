@@ -1031,6 +1031,84 @@ def test_clip_by_global_norm_takes_what_a_tape_gives():
     assert clip_by_global_norm([None], clip_norm=1.0) == [None]
 
 
+def test_clip_by_global_norm_keeps_each_dtype_and_takes_the_norm_in_float64_if_one_is():
+    from companion.training import clip_by_global_norm
+
+    # float64 to float64's precision (a float32 norm would be off by about 1e-8)
+    gradient = np.array([1.0, 2.0, 3.0]) / 7
+    wide = clip_by_global_norm([tf.constant(gradient)], clip_norm=0.1)
+    assert wide[0].dtype == tf.float64
+    np.testing.assert_allclose(
+        wide[0].numpy(), gradient * 0.1 / np.linalg.norm(gradient), rtol=1e-15
+    )
+    # float16, whose squares here (250000 in all) would overflow float16 to inf: in float32
+    half = clip_by_global_norm([tf.constant([300.0, 400.0], tf.float16)], clip_norm=1.0)
+    assert half[0].dtype == tf.float16
+    np.testing.assert_allclose(half[0].numpy(), [0.6, 0.8], rtol=1e-3)
+    # variables of two dtypes: one norm over both, each gradient in its own dtype
+    mixed = clip_by_global_norm(
+        [tf.constant([3.0]), tf.constant([4.0], tf.float64)], clip_norm=1.0, loss_scale=2.0
+    )
+    assert [g.dtype for g in mixed] == [tf.float32, tf.float64]
+    np.testing.assert_allclose([float(mixed[0][0]), float(mixed[1][0])], [1.2, 1.6], rtol=1e-7)
+
+
+def float64_regression(how):
+    """A model that computes in float64 (by floatx or by its layers' dtype), data and a loss."""
+    keras.utils.set_random_seed(0)
+    dtype = None if how == "floatx" else "float64"
+    model = keras.Sequential(
+        [
+            keras.Input((2,), dtype="float64"),
+            keras.layers.Dense(4, activation="tanh", dtype=dtype),
+            keras.layers.Dense(1, dtype=dtype),
+        ]
+    )
+    x = np.random.default_rng(0).normal(size=(8, 2))
+    data = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True) * 10)).batch(8)
+    return model, data, keras.losses.MeanSquaredError(dtype="float64")
+
+
+def clipped_sgd_step(how, clip_norm, rate):
+    """The weights one SGD step with ``tf.clip_by_global_norm`` (in float64) gives, and the
+    gradient's norm: the reference for a float64 model's clipped step."""
+    model, data, loss = float64_regression(how)
+    ((x, y),) = data
+    with tf.GradientTape() as tape:
+        value = loss(y, model(x))
+    gradients = tape.gradient(value, model.trainable_variables)
+    assert all(g.dtype == tf.float64 for g in gradients)
+    clipped, norm = tf.clip_by_global_norm(gradients, clip_norm)
+    weights = [v.numpy() - rate * g.numpy() for v, g in zip(model.trainable_variables, clipped)]
+    return weights, float(norm)
+
+
+@pytest.mark.parametrize("how", ["floatx", "layer dtype"])
+def test_clip_norm_clips_a_float64_model(how, request):
+    # The norm of float64 gradients used to be divided by a float32 loss scale: TypeError.
+    if how == "floatx":
+        request.getfixturevalue("float64_floatx")
+    expected, norm = clipped_sgd_step(how, clip_norm=0.01, rate=1.0)
+    assert norm > 1.0  # the clip acts
+    model, data, loss = float64_regression(how)
+    fit(model, data, optimizer=keras.optimizers.SGD(1.0), loss=loss, clip_norm=0.01, progress=False)
+    assert all(v.dtype == "float64" for v in model.trainable_variables)
+    for variable, weights in zip(model.trainable_variables, expected):
+        np.testing.assert_allclose(variable.numpy(), weights, rtol=1e-12, atol=1e-15)
+    # and it trains: several epochs of clipped steps, the loss falling, every weight finite
+    history = fit(
+        model,
+        data,
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=loss,
+        epochs=5,
+        clip_norm=1.0,
+        progress=False,
+    )
+    assert history["loss"][-1] < history["loss"][0]
+    assert all(np.isfinite(v.numpy()).all() for v in model.trainable_variables)
+
+
 # ---------------------------------------------------------------- checkpoints and resuming
 
 
@@ -1152,6 +1230,32 @@ def test_checkpoints_of_another_model_or_a_file_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"^checkpoint_every: expected None without a check"):
         fit_regression(two_weight_model(), regression_data(), checkpoint_every=2)
     assert not (tmp_path / "a_file").read_text()
+
+
+@pytest.mark.parametrize(
+    "every, states",
+    [
+        (2, [(0, 2), (1, 0), (1, 2), (2, 0)]),  # divides the epoch's 4 steps (it wrote 6)
+        (3, [(0, 3), (1, 0), (1, 3), (2, 0)]),  # does not
+        (1, [(0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3), (2, 0)]),  # (it wrote 10)
+    ],
+)
+def test_each_state_is_checkpointed_once(tmp_path, monkeypatch, every, states):
+    # After the epoch's last step fit used to save twice: (epoch - 1, its length) and then
+    # (epoch, 0), the same weights: 2 epochs of 4 steps with checkpoint_every=2 wrote 6.
+    saved = []
+    save = training.TrainingCheckpoint.save
+
+    def spy(self, epoch, step, history):
+        saved.append((epoch, step))
+        save(self, epoch, step, history)
+
+    monkeypatch.setattr(training.TrainingCheckpoint, "save", spy)
+    data = regression_data(n=16, batch=4)
+    resumable_run(tmp_path, data, epochs=2, checkpoint_every=every)
+    assert saved == states
+    # the manager numbers its checkpoints by the saves written
+    assert os.path.basename(tf.train.latest_checkpoint(tmp_path)) == f"ckpt-{len(states)}"
 
 
 MIRRORED_RESUME = """
