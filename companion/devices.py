@@ -31,6 +31,7 @@ __all__ = [
     "missing_xla_kernel",
     "simulated_cpu_only",
     "simulated_gpu",
+    "stand_in_requested",
     "start_gpu_stand_in",
 ]
 
@@ -147,7 +148,13 @@ def start_gpu_stand_in() -> None:
 
 
 def stand_in_requested() -> bool:
-    """True when the environment asks ``setup()`` for the GPU stand-in."""
+    """True when the environment asks ``setup()`` for the GPU stand-in.
+
+    Example:
+        >>> import os
+        >>> stand_in_requested() == (os.environ.get(STAND_IN_VARIABLE) == "1")
+        True
+    """
     return os.environ.get(STAND_IN_VARIABLE, "") == "1"
 
 
