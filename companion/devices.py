@@ -56,7 +56,6 @@ def _with_a_gpu(listed: Any) -> Any:
             devices = [*devices, _simulated_gpu_device()]
         return devices
 
-    list_physical_devices.listed = listed  # the real function, for gpu_stand_in_active
     return list_physical_devices
 
 
@@ -122,11 +121,13 @@ def simulated_cpu_only() -> contextlib.AbstractContextManager[None]:
     return _listing(_without_gpus)
 
 
-def gpu_stand_in_active() -> bool:
-    """True when ``start_gpu_stand_in()`` has run in this process."""
-    import tensorflow as tf
+#: Set once ``start_gpu_stand_in()`` has run: the stand-in lasts as long as the process.
+_STAND_IN = {"started": False}
 
-    return hasattr(tf.config.list_physical_devices, "listed")
+
+def gpu_stand_in_active() -> bool:
+    """True when ``start_gpu_stand_in()`` has run in this process (not inside ``simulated_gpu``)."""
+    return _STAND_IN["started"]
 
 
 def start_gpu_stand_in() -> None:
@@ -145,6 +146,7 @@ def start_gpu_stand_in() -> None:
         return
     tf.config.list_physical_devices = _with_a_gpu(tf.config.list_physical_devices)
     tf.config.optimizer.set_experimental_options({"remapping": False})
+    _STAND_IN["started"] = True
 
 
 def stand_in_requested() -> bool:

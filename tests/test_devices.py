@@ -43,6 +43,12 @@ def test_simulated_cpu_only_hides_a_gpu_from_compile():
     assert tf.config.list_physical_devices("GPU") == []
 
 
+def test_a_simulated_gpu_block_is_not_the_stand_in():
+    with simulated_gpu():
+        assert tf.config.list_physical_devices("GPU")
+        assert not gpu_stand_in_active()
+
+
 def test_simulated_cpu_only_restores_the_device_list_after_an_error():
     listed = tf.config.list_physical_devices
     with pytest.raises(RuntimeError, match="boom"), simulated_cpu_only():
