@@ -1,7 +1,17 @@
 import numpy as np
 import pytest
 
-from companion.notebook import format_table, gpu_available, in_colab, setup
+from companion.notebook import (
+    PAGE_WIDTH,
+    format_table,
+    gpu_available,
+    in_colab,
+    print_wrapped,
+    setup,
+    show_error,
+    show_json,
+    show_table,
+)
 
 
 def tiny_fit_weights(seed):
@@ -319,3 +329,63 @@ def test_split_cpu_refuses_a_huge_count_before_asking_tensorflow():
         ValueError, match=r"^devices: expected an int >= 1 and <= 256, got int 1000000000000$"
     ):
         split_cpu(10**12)
+
+
+def test_show_error_prints_the_type_and_first_line_and_keeps_the_error(capsys):
+    with show_error(ValueError) as caught:
+        raise ValueError("\x1b[1mbad\x1b[0m units\n\nmore detail")
+    assert capsys.readouterr().out == "ValueError: bad units\n"
+    assert isinstance(caught.error, ValueError) and caught.shown == "ValueError: bad units"
+
+
+def test_show_error_shows_what_match_finds_wrapped_to_the_page(capsys):
+    message = "Exception encountered: expected axis -1 of input shape " + "to have 3 " * 20
+    with show_error(ValueError, TypeError, match=r"expected axis -1.*"):
+        raise TypeError(message)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("TypeError: expected axis -1 of input shape")
+    assert len(lines) > 1 and all(len(line) <= PAGE_WIDTH for line in lines)
+    assert all(line.startswith("    ") for line in lines[1:])
+
+
+def test_show_error_fails_when_nothing_is_raised_or_match_is_missing():
+    with pytest.raises(AssertionError, match="expected ValueError, but the block raised nothing"):
+        with show_error(ValueError):
+            pass
+    with pytest.raises(AssertionError, match="'axis' is not in the ValueError's message"):
+        with show_error(ValueError, match="axis"):
+            raise ValueError("another message")
+
+
+def test_show_error_lets_other_errors_through():
+    with pytest.raises(KeyError):
+        with show_error(ValueError):
+            raise KeyError("units")
+
+
+def test_show_error_checks_its_arguments_before_the_block_runs():
+    with pytest.raises(TypeError, match=r"^expected: expected exception types, got str 'x'"):
+        show_error("x")
+    with pytest.raises(ValueError, match="^width: "):
+        show_error(ValueError, width=5)
+
+
+def test_show_table_prints_format_table(capsys):
+    show_table([("kernel", (3, 2))], ["name", "shape"])
+    assert capsys.readouterr().out == format_table([("kernel", (3, 2))], ["name", "shape"]) + "\n"
+
+
+def test_print_wrapped_keeps_every_line_in_the_column_and_blank_lines(capsys):
+    print_wrapped("word " * 40 + "\n\n\x1b[1mlast\x1b[0m", width=30, indent=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 30 for line in lines) and "" in lines and lines[-1] == "  last"
+    assert lines[0].startswith("  word") and lines[1].startswith("      word")
+
+
+def test_show_json_prints_the_chosen_keys_in_order_and_refuses_missing_ones(capsys):
+    show_json({"units": 4, "name": "dense", "activation": "relu"}, keys=["name", "units"])
+    assert capsys.readouterr().out == '{\n  "name": "dense",\n  "units": 4\n}\n'
+    with pytest.raises(ValueError, match=r"^keys: expected keys of data, got \['scale'\]"):
+        show_json({"units": 4}, keys=["scale"])
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        show_json({"activation": object()})

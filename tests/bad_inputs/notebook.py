@@ -8,8 +8,12 @@ from badinput import Bool, Case, Instance, Int, Kind, Real
 from companion.notebook import (
     describe_error,
     format_table,
+    print_wrapped,
     run_python,
     setup,
+    show_error,
+    show_json,
+    show_table,
     split_cpu,
     strip_ansi,
 )
@@ -32,6 +36,11 @@ HEADERS = Kind(
     "a non-empty list or tuple of str",
     lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(h, str) for h in v),
     extra_bad=(["a", 2], "ab"),
+)
+KEYS = Kind(
+    "None or a list or tuple of keys of {'units': 4}",
+    lambda v: v is None or (isinstance(v, (list, tuple)) and all(k == "units" for k in v)),
+    extra_bad=(["scale"], ["units", 2], "units"),
 )
 ENV = Kind(
     "None or a mapping of str to str",
@@ -59,6 +68,30 @@ CASES = [
         {"rows": [("x", 1.5)], "headers": ["a", "b"]},
         {"rows": ROWS, "headers": HEADERS},
     ),
+    Case(
+        "show_table",
+        show_table,
+        {"rows": [("x", 1.5)], "headers": ["a", "b"]},
+        {"rows": ROWS, "headers": HEADERS},
+    ),
+    Case(
+        "print_wrapped",
+        print_wrapped,
+        {"text": "some words", "width": 40, "indent": 0},
+        {"text": TEXT, "width": Int(20), "indent": Int(0, 30)},
+    ),
+    Case(
+        "show_json",
+        show_json,
+        {"data": {"units": 4}, "keys": ["units"], "width": 40},
+        {"keys": KEYS, "width": Int(20)},
+    ),
+    Case(
+        "show_error",
+        lambda match, width: show_error(ValueError, match=match, width=width),
+        {"match": "bad", "width": 40},
+        {"match": TEXT.or_none(), "width": Int(20)},
+    ),
     Case("strip_ansi", strip_ansi, {"text": "\x1b[1mbold\x1b[0m"}, {"text": TEXT}),
     Case(
         "describe_error",
@@ -73,3 +106,5 @@ CASES = [
         {"code": TEXT, "timeout": Real(above=0, maximum=7 * 24 * 3600), "env": ENV},
     ),
 ]
+
+EXEMPT = {"CaughtError": "what show_error yields, filled in by it (a dataclass)"}
