@@ -34,7 +34,7 @@ from companion._checks import (
 MAX_CPU_DEVICES = 256
 #: The longest ``run_python`` waits for its child: one week, in seconds.
 MAX_TIMEOUT = 7 * 24 * 3600.0
-#: The width of the book's page column, in characters: what the display helpers wrap to.
+#: The width of the book's page column in characters, which the display helpers wrap to.
 PAGE_WIDTH = 88
 
 
