@@ -1,14 +1,14 @@
 """Chapter 12's experiments and ``python -m companion.bench`` (``make bench``).
 
 The experiments time calls side by side with the harness of ``companion.timing`` (``compare``)
-and return ``Row`` records (name, device, sizes, medians, spreads, reference, ratio): the blur
-through ``py_function`` against ``native_blur`` as an op, inside a model and in a ``tf.data``
-pipeline (``blur_op``, ``blur_in_model``, ``blur_pipeline``, each taking a mapping of blur
-methods); eager vs ``tf.function`` vs XLA training steps (``training_step_modes``); a per-image
-loop vs ``tf.vectorized_map`` vs batched ops (``per_example_vs_batched``). Sizes scale with the
-device (``default_sizes``). ``python -m companion.bench`` (``make bench``) runs the headline
-ones with chapters 7 and 9's measures (``Entry`` records), prints a table and writes
-``_build/bench.json``.
+and return ``Row`` records (name, device, sizes, medians, spreads, reference, ratio and each
+round's ratio): the blur through ``py_function`` against ``native_blur`` as an op, inside a
+model and in a ``tf.data`` pipeline (``blur_op``, ``blur_in_model``, ``blur_pipeline``, each
+taking a mapping of blur methods); eager vs ``tf.function`` vs XLA training steps
+(``training_step_modes``); a per-image loop vs ``tf.vectorized_map`` vs batched ops
+(``per_example_vs_batched``). Sizes scale with the device (``default_sizes``). ``python -m
+companion.bench`` (``make bench``) runs the headline ones with chapters 7 and 9's measures
+(``Entry`` records), prints a table and writes ``_build/bench.json``.
 
 The harness's names (``time_call``, ``compare``, ``Timing``, ``fetch``, ``default_device``)
 are importable from here too, as the chapters import them.
@@ -129,6 +129,9 @@ class Row(_Record):
         spreads: Each method's interquartile range over its median (0.1 = 10 %).
         reference: The method every ratio divides by.
         ratio: Each method's median divided by the reference's (the reference's is 1.0).
+        round_ratios: Each method's ratio in every round: its seconds per call in that round
+            divided by the reference's in the same round (the rounds ran side by side, so
+            their range is the noise of ``ratio``).
     """
 
     name: str
@@ -138,6 +141,7 @@ class Row(_Record):
     spreads: dict[str, float]
     reference: str
     ratio: dict[str, float]
+    round_ratios: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def measured(
@@ -158,6 +162,12 @@ class Row(_Record):
             spreads={method: timing.spread for method, timing in timings.items()},
             reference=reference,
             ratio={method: median / medians[reference] for method, median in medians.items()},
+            round_ratios={
+                method: tuple(
+                    t / r for t, r in zip(timing.times, timings[reference].times, strict=True)
+                )
+                for method, timing in timings.items()
+            },
         )
 
 
@@ -219,8 +229,9 @@ class Entry(_Record):
         )
 
 
-#: What every experiment row holds (``rows_table`` and ``rows_to_entries`` read them all).
-ROW_KEYS = _field_names(Row)
+#: What every experiment row holds (``rows_table`` and ``rows_to_entries`` read them all;
+#: ``round_ratios``, which they do not read, may be missing from a row made by hand).
+ROW_KEYS = _field_names(Row)[:-1]
 
 #: The models ``training_loop_vs_fit`` trains: ``(examples, batch size)`` by default for each.
 LOOP_MODELS = {"chapter 7": (1024, 64), "mlp": (4096, 128)}

@@ -45,6 +45,8 @@ class Timing:
         repeats: How many repeats were measured.
         number: Calls per repeat.
         device: The device string the calls ran under (``None``: TensorFlow's choice).
+        times: Seconds per call of each repeat, in the order they ran (in ``compare``, repeat
+            ``i`` of every call ran in the same round, side by side).
     """
 
     median: float
@@ -53,6 +55,7 @@ class Timing:
     repeats: int
     number: int
     device: str | None
+    times: tuple[float, ...] = ()
 
     @property
     def median_ms(self) -> float:
@@ -230,7 +233,7 @@ def _timing(times: list[float], number: int, device: str | None) -> Timing:
     else:
         quartiles = [median] * 3
     spread = (quartiles[2] - quartiles[0]) / median if median > 0 else 0.0
-    return Timing(median, min(times), spread, len(times), number, device)
+    return Timing(median, min(times), spread, len(times), number, device, tuple(times))
 
 
 def _calls_per_round(call: Callable[[], Any], target: float) -> int:

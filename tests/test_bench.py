@@ -198,7 +198,12 @@ def test_default_sizes_scale_with_the_device():
 def check_rows(rows, name, reference, methods, sizes):
     assert [row["name"] for row in rows] == [name] * len(sizes)
     for row, size in zip(rows, sizes):
-        assert set(row) == {"name", "device", "sizes", "medians", "spreads", "reference", "ratio"}
+        keys = "name device sizes medians spreads reference ratio round_ratios"
+        assert set(row) == set(keys.split())
+        assert list(row["round_ratios"]) == list(methods)
+        rounds = row["round_ratios"][reference]
+        assert rounds and all(ratio == 1.0 for ratio in rounds)
+        assert all(len(r) == len(rounds) and min(r) > 0 for r in row["round_ratios"].values())
         assert row["device"] == "/CPU:0" and row["reference"] == reference and row["sizes"] == size
         assert list(row["medians"]) == list(methods) == list(row["ratio"]) == list(row["spreads"])
         assert all(median > 0 for median in row["medians"].values())
@@ -306,7 +311,8 @@ def test_rows_table_and_entries():
 
 def test_rows_and_entries_are_records_that_read_as_dicts():
     row = per_example_vs_batched(batch_sizes=[2], image_size=8, device="/CPU:0", repeats=1)[0]
-    assert isinstance(row, Row) and list(row) == list(ROW_KEYS) and len(row) == 7
+    assert isinstance(row, Row) and list(row) == [*ROW_KEYS, "round_ratios"] and len(row) == 8
+    assert row["round_ratios"]["batched op"] == (1.0,)
     assert row["ratio"] is row.ratio and row == dict(row) and dict(row)["name"] == row.name
     with pytest.raises(KeyError):
         row["median"]

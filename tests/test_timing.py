@@ -21,6 +21,7 @@ def test_a_known_sleep_is_measured_within_tolerance():
     assert 0.02 <= timing.median < 0.05 and timing.best <= timing.median
     assert isinstance(timing, Timing) and timing.repeats == 5 and timing.number == 1
     assert timing.median_ms == pytest.approx(timing.median * 1e3)
+    assert len(timing.times) == 5 and min(timing.times) == timing.best
 
 
 def test_number_divides_the_repeat_time_and_warmup_is_not_timed():
@@ -128,6 +129,7 @@ def test_compare_alternates_and_keeps_the_ratio_of_known_durations():
     short, long = timings["short"].number, timings["long"].number
     assert 1 <= short <= 3 and long == 1 and timings["long"].repeats == 4  # about 6 ms per turn
     assert timings["short"].best >= 0.002 and timings["long"].best >= 0.006
+    assert all(len(timing.times) == 4 for timing in timings.values())
     timed = {name: calls[2:] for name, calls in durations.items()}  # after warm-up and calibration
     for name, timing in timings.items():
         per_round = [
