@@ -71,6 +71,27 @@ def test_notebook_committed_executed_in_order_without_errors(path):
     assert any("## Summary" in h for h in headings) and any("## Exercises" in h for h in headings)
 
 
+#: The opening's line on time, e.g. ``*About 12 minutes to read, 1 minute to run. ...*``.
+READING_TIME = re.compile(r"\*About (\d+) minutes to read, [^*]+\*")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_opens_with_its_outcomes_and_the_reading_time_the_intro_quotes(path):
+    notebook = nbformat.read(path, as_version=4)
+    opening = "\n".join(c.source for c in notebook.cells[:4] if c.cell_type == "markdown")
+    assert "**After this chapter you can:**" in opening, "open with the reader's outcomes"
+    time = READING_TIME.search(opening)
+    assert time, "the opening says '*About N minutes to read, M to run. ...*'"
+    rows = [
+        line
+        for line in (BOOK / "intro.md").read_text().splitlines()
+        if line.startswith("| [") and f"]({path.name})" in line
+    ]
+    assert len(rows) == 1 and f"| {time.group(1)} min |" in rows[0], (
+        f"book/intro.md's chapter table should say {time.group(1)} min for {path.name}"
+    )
+
+
 def exercises_and_solutions(path):
     """The numbered items of a chapter's Exercises section, and its solution cells by number."""
     notebook = nbformat.read(path, as_version=4)
