@@ -238,8 +238,8 @@ EXERCISES = (
         (
             "A weight that fit trains is made with self.add_weight; the layer needs no "
             "constructor arguments.",
-            "In build: self.beta = self.add_weight(shape=(), initializer='ones', "
-            "name='beta'); in call, pass self.beta as swish's second argument.",
+            "In build, make beta with self.add_weight (shape (), an 'ones' initializer) and "
+            "keep it as self.beta; in call, pass self.beta as swish's second argument.",
         ),
     ),
     Exercise(

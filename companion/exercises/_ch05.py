@@ -1,5 +1,4 @@
-"""Chapter 5, custom gradients: straight-through rounding, gradient clipping, a learned ceiling,
-safe_norm in keras.ops, Hessian-vector products, what the gradient penalty does not train."""
+"""Chapter 5, custom gradients: STE, clipping op, learned ceiling, safe_norm, HVP, the penalty."""
 
 from __future__ import annotations
 
@@ -533,9 +532,9 @@ EXERCISES = (
         (
             "keras.ops.custom_gradient works like tf.custom_gradient; on the zero vector the "
             "gradient x / ||x|| needs a divisor that is never 0.",
-            "grad(*args, upstream=None) takes upstream from args on TensorFlow; return "
-            "ops.expand_dims(upstream, axis) * x / safe, with safe = ops.where(norm > 0, "
-            "norm, 1).",
+            "In grad(*args, upstream=None), take upstream from args when the keyword is None "
+            "(TensorFlow passes it positionally); the gradient is upstream, expanded along "
+            "axis, times x over the norm, with ops.where putting 1 where the norm is 0.",
         ),
     ),
     Exercise(
