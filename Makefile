@@ -7,8 +7,8 @@ INSTALLED := $(VENV)/.installed
 NOTEBOOKS := $(wildcard book/*.ipynb)
 PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env --nbval-sanitize-with book/_nbval_sanitize.cfg
 # tests/test_pages.py and tests/test_browser.py read the built HTML: they run after `book`, in
-# `make test` only.
-UNIT_TESTS := tests --ignore=tests/test_pages.py --ignore=tests/test_browser.py
+# `make test` only. tests/test_pdf.py reads the PDF: `make test-pdf`.
+UNIT_TESTS := tests --ignore=tests/test_pages.py --ignore=tests/test_browser.py --ignore=tests/test_pdf.py
 
 COLAB_STACK := requirements-colab.txt
 COLAB_VENV := .venv-colab
@@ -32,10 +32,12 @@ quiet_tf = { $(1) 2>&1 1>&3 | sed -E '$(TF_EARLY_LOG)' >&2; } 3>&1
 CHAPTER_MODULE = $(shell sed -n 's/.*]($(notdir $(NB))).*`companion\.\([a-z_]*\)` |$$/\1/p' book/intro.md)
 CHAPTER_TESTS = $(if $(CHAPTER_MODULE),tests/test_$(CHAPTER_MODULE).py companion/$(CHAPTER_MODULE).py)
 
-.PHONY: help venv book lint chromium test unit notebooks notebooks-gpu check test-colab bench kernels check-template stamp execute clean
+.PHONY: help venv book pdf pdf-tools test-pdf lint chromium test unit notebooks notebooks-gpu check test-colab bench kernels check-template stamp execute clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
+	@echo "make pdf         the whole book as one PDF: _build/html/white-box-tf.pdf (2.5-4 min)"
+	@echo "make test-pdf    make pdf, then check the PDF (tests/test_pdf.py)"
 	@echo "make test        unit tests + docstring examples + every notebook under nbval + strict book build"
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
 	@echo "make notebooks-gpu  notebooks on Colab's stack under the GPU stand-in (NB=... for one)"
@@ -61,6 +63,33 @@ venv: $(INSTALLED)
 # The API page imports the companion (and TensorFlow): keep TF's C++ start-up lines out of the log.
 book: $(INSTALLED)
 	$(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/jupyter-book build . -W -n --keep-going)
+
+# The PDF edition, next to the HTML book (book/intro.md links to it): the book built as one page
+# (singlehtml, in its own folder) and printed by headless Chromium with book/_static/print.css
+# (tools/print_pdf.py). Jupyter Book's own pdfhtml builder downloads a Chromium, which these
+# machines cannot, and its LaTeX route loses the figures of notebooks in a folder (MyST-NB#375).
+PDF := _build/html/white-box-tf.pdf
+# The PDF takes the time the build started: a page edited during the build makes it stale.
+pdf: $(INSTALLED) pdf-tools
+	mkdir -p _build/pdf && touch _build/pdf/started
+	$(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/jupyter-book build . --builder singlehtml \
+	  --path-output _build/pdf -W -n --keep-going)
+	$(BIN)/python tools/print_pdf.py _build/pdf/_build/singlehtml $(PDF)
+	touch -r _build/pdf/started $(PDF)
+
+# The PDF's tools, Debian's packages: Chromium prints, qpdf packs, poppler-utils reads it back
+# (the test), MathJax 2 sets the formulas offline, WenQuanYi Zen Hei has the CJK titles.
+PDF_PACKAGES := chromium qpdf poppler-utils libjs-mathjax fonts-wqy-zenhei
+pdf-tools:
+	@{ command -v chromium && command -v qpdf && command -v pdftotext \
+	  && test -f /usr/share/javascript/mathjax/MathJax.js && fc-list :lang=zh | grep -q .; } >/dev/null || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $(PDF_PACKAGES); }
+
+# tests/test_pdf.py checks the PDF: page count, every figure, every chapter title, nothing cut at
+# the right edge. Outside `make test-pdf` it runs only when the PDF is newer than the book.
+test-pdf: pdf
+	WHITE_BOX_TF_TEST_PDF=1 $(BIN)/python -m pytest tests/test_pdf.py
 
 # pyproject.toml configures ruff for the package and tests; book/ruff.toml narrows the notebooks.
 lint: $(INSTALLED)
