@@ -23,7 +23,8 @@ def _trajectory(optimizer, steps=100):
     import tensorflow as tf
 
     x, y = _problem()
-    variable = keras.Variable(_W0)
+    with tf.device("/CPU:0"):  # the same kernels on every machine
+        variable = keras.Variable(_W0)
 
     @tf.function
     def step():
@@ -32,9 +33,10 @@ def _trajectory(optimizer, steps=100):
         optimizer.apply_gradients([(tape.gradient(loss, variable), variable)])
 
     path = [variable.numpy().copy()]
-    for _ in range(steps):
-        step()
-        path.append(variable.numpy().copy())
+    with tf.device("/CPU:0"):
+        for _ in range(steps):
+            step()
+            path.append(variable.numpy().copy())
     return np.array(path)
 
 
@@ -91,11 +93,12 @@ def _adam_path(optimizer):
     import keras
     import tensorflow as tf
 
-    a, b = keras.Variable([1.0, -1.0]), keras.Variable([0.5])
-    for grad_a, grad_b in _GRADIENTS:
-        optimizer.apply_gradients(
-            [(tf.constant(grad_a, "float32"), a), (tf.constant(grad_b, "float32"), b)]
-        )
+    with tf.device("/CPU:0"):  # the same kernels on every machine
+        a, b = keras.Variable([1.0, -1.0]), keras.Variable([0.5])
+        for grad_a, grad_b in _GRADIENTS:
+            optimizer.apply_gradients(
+                [(tf.constant(grad_a, "float32"), a), (tf.constant(grad_b, "float32"), b)]
+            )
     return np.concatenate([a.numpy(), b.numpy()])
 
 

@@ -33,10 +33,15 @@ class MultipliesByTemperature(TemperatureScale):
         return inputs * self.temperature
 
 
+class UnregisteredTemperatureScale(TemperatureScale):  # not decorated: load_model cannot find it
+    pass
+
+
 def test_a_config_that_forgets(accepted, caught):
     accepted("11.1", TemperatureScale)
     caught("11.1", ForgetfulTemperatureScale, r"'temperature'.*add 'temperature'")
     caught("11.1", MultipliesByTemperature, r"x / 4, got")
+    caught("11.1", UnregisteredTemperatureScale, r"not registered")
 
 
 def fixed_step(step, batches):
