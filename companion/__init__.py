@@ -20,6 +20,7 @@ stays cheap and never imports TensorFlow by itself::
     from companion.timing import time_call, compare                 # timing harness (chapters 1-13)
     from companion.bench import blur_op, compiled_blur_vs_opencv    # chapter 12 (make bench)
     from companion.kernels import cpp_blur                          # chapter 13 (needs g++)
+    from companion.exercises import check, hint                     # every chapter's exercises
 """
 
 __version__ = "0.1.0"

@@ -3,7 +3,9 @@
 Floors, from the ground up: ``_checks`` (imports nothing of the package); the helpers
 (``notebook``, ``data``, ``timing``, ``cluster``: only helpers); the chapter modules (chapters
 1-5 never import chapters 6-9; none imports ``bench``); ``bench`` (chapter 12's experiments and
-the command line) on top. A new module must be placed on a floor here before its test passes.
+the command line) and ``exercises`` (the checker of every chapter's exercises) on top. A package
+counts as one module, importing what any of its files imports. A new module must be placed on a
+floor here before its test passes.
 """
 
 import ast
@@ -19,8 +21,11 @@ HELPERS = CHECKS | {"notebook", "devices", "data", "timing", "cluster", "_traini
 EARLY_CHAPTERS = {"introspection", "ops", "pyfunc", "tflite", "layers", "gradients"}  # chapters 1-5
 MIDDLE_CHAPTERS = {"models", "training", "fitting", "optimizers"}  # chapters 6-9
 CHAPTERS = EARLY_CHAPTERS | MIDDLE_CHAPTERS | {"diagnostics", "kernels"}
-TOP = {"bench", "__init__"}
-MODULES = sorted(path.stem for path in PACKAGE.glob("*.py"))
+TOP = {"bench", "exercises", "__init__"}
+MODULES = sorted(
+    [path.stem for path in PACKAGE.glob("*.py")]
+    + [path.parent.name for path in PACKAGE.glob("*/__init__.py")]
+)
 
 
 def companion_imports(source: str) -> set[str]:
@@ -43,7 +48,10 @@ def companion_imports(source: str) -> set[str]:
 
 
 def imports_of(module: str) -> set[str]:
-    return companion_imports((PACKAGE / f"{module}.py").read_text()) - {module}
+    """The companion modules ``module`` imports (a package: any of its files)."""
+    folder = PACKAGE / module
+    files = sorted(folder.glob("*.py")) if folder.is_dir() else [PACKAGE / f"{module}.py"]
+    return set().union(*(companion_imports(path.read_text()) for path in files)) - {module}
 
 
 def test_the_import_reader_sees_every_form_of_import():
