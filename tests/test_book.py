@@ -93,12 +93,15 @@ def test_chapter_opens_with_its_outcomes_and_the_reading_time_the_intro_quotes(p
 
 
 def exercises_and_solutions(path):
-    """The numbered items of a chapter's Exercises section, and its solution cells by number."""
+    """The items of a chapter's Exercises section (``- **4.1** ★☆☆ **Title.** ...``), by their
+    number within the chapter, and its solution cells by number."""
     notebook = nbformat.read(path, as_version=4)
     section = next(
         c.source for c in notebook.cells if c.cell_type == "markdown" and "## Exercises" in c.source
     )
-    items = re.findall(r"^(\d+)\. (.*)$", section.split("## Exercises", 1)[1], re.MULTILINE)
+    items = re.findall(
+        r"^- \*\*(?:\d+|A)\.(\d+)\*\* (.*)$", section.split("## Exercises", 1)[1], re.MULTILINE
+    )
     solutions = {}
     for cell in notebook.cells:
         if cell.cell_type == "code" and (
