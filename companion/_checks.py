@@ -23,6 +23,12 @@ import numpy as np
 MAX_SEED = 2**32 - 1
 
 
+def shorten(text: str, limit: int = 60) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in ``...`` when cut (the one place a
+    message or a repr is shortened)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def describe(value: Any) -> str:
     """``"<type> <repr>"``, the ``got ...`` part of every message (long reprs shortened).
 
@@ -40,7 +46,7 @@ def describe(value: Any) -> str:
     if shape is not None and dtype is not None and (text is None or "\n" in text or len(text) > 60):
         return f"{kind} of shape {tuple(shape)} and dtype {getattr(dtype, 'name', dtype)}"
     text = f"<{kind} object>" if text is None else text
-    return f"{kind} {text if len(text) <= 60 else text[:57] + '...'}"
+    return f"{kind} {shorten(text)}"
 
 
 def is_int(value: Any) -> bool:
