@@ -27,10 +27,10 @@ SHELL := /bin/bash
 TF_EARLY_LOG := /^WARNING: All log messages before absl::InitializeLog|^[IWE]0000 00:00:/d
 quiet_tf = { $(1) 2>&1 1>&3 | sed -E '$(TF_EARLY_LOG)' >&2; } 3>&1
 
-# `make check NB=book/<chapter>.ipynb`: the chapter's companion module, read from its row of the
-# table in book/intro.md (the appendix has none), and that module's tests and doctests.
-CHAPTER_MODULE = $(shell sed -n 's/.*]($(notdir $(NB))).*`companion\.\([a-z_]*\)` |$$/\1/p' book/intro.md)
-CHAPTER_TESTS = $(if $(CHAPTER_MODULE),tests/test_$(CHAPTER_MODULE).py companion/$(CHAPTER_MODULE).py)
+# `make check NB=book/<chapter>.ipynb`: the tests of every companion module in the chapter's row of
+# book/intro.md, their doctests, the chapter's exercise checks, and those modules' cases of the
+# bad-input, conformance and GPU-path suites (tools/chapter_tests.py says which).
+CHAPTER_TESTS = $(if $(NB),$(shell python3 tools/chapter_tests.py $(NB)))
 
 .PHONY: help venv book pdf pdf-tools test-pdf lint chromium test unit notebooks notebooks-gpu check test-colab bench kernels check-template stamp execute clean
 
@@ -117,7 +117,7 @@ notebooks: $(INSTALLED) kernels
 # The loop for working on one chapter: about 1.5 min for chapter 7 (README.md has the times).
 check: $(INSTALLED) kernels
 	@test -f "$(NB)" || { echo "usage: make check NB=book/07_custom_training_loops.ipynb" >&2; exit 2; }
-	$(BIN)/ruff check $(NB) $(CHAPTER_TESTS)
+	$(BIN)/ruff check $(NB) $(filter-out --%,$(CHAPTER_TESTS))
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow" --doctest-modules \
 	  $(PYTEST_NOTEBOOK_FLAGS) $(NB) $(CHAPTER_TESTS)
 

@@ -63,3 +63,48 @@ def float64_floatx():
     finally:
         keras.config.set_floatx(floatx)
         keras.config.set_dtype_policy(policy)
+
+
+#: The suites that cover every module at once; ``--chapter-modules`` narrows them to some.
+SHARED_SUITES = {"test_bad_inputs.py", "test_conformance.py", "test_gpu_paths.py"}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--chapter-modules",
+        default="",
+        help="comma-separated companion modules (make check): run only their cases of the "
+        "bad-input, conformance and GPU-path suites",
+    )
+
+
+def _belongs_to(case_id, modules, names):
+    """A shared suite's case id (``layers.CustomDense.units``, ``CustomDense``, ``layers``) names
+    one of ``modules`` or one of their public names."""
+    head = case_id.split(".")[0].split("-")[0]
+    return head in modules or head in names
+
+
+def pytest_collection_modifyitems(config, items):
+    modules = [m for m in config.getoption("--chapter-modules").split(",") if m]
+    if not modules:
+        return
+    from importlib import import_module
+
+    names = set()
+    for module in modules:
+        home = f"companion.{module}"
+        names |= {
+            name
+            for name, value in vars(import_module(home)).items()
+            if name[:1] != "_" and (getattr(value, "__module__", None) or "").startswith(home)
+        }
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        shared = item.path.name in SHARED_SUITES and callspec is not None
+        keep = not shared or _belongs_to(callspec.id, modules, names)
+        (kept if keep else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

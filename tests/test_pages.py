@@ -77,3 +77,9 @@ def test_api_reference_documents_every_public_function_and_class_of_every_module
         ]
     assert not missing, f"book/api.md should document {missing}"
     assert "](api.md)" in (BOOK / "intro.md").read_text(), "the intro links the API reference"
+
+
+def test_api_reference_links_each_name_to_its_source():
+    html = (HTML / "book" / "api.html").read_text()
+    assert html.count('class="viewcode-link"') >= 100, "sphinx.ext.viewcode: [source] links"
+    assert (HTML / "_modules" / "companion" / "layers.html").exists()
