@@ -312,3 +312,12 @@ def float_tensor(value: Any, name: str) -> Any:
             f" got dtype {tensor.dtype.name}; cast it first, e.g. tf.cast({name}, tf.float32)"
         )
     return tensor
+
+
+def dtype_tiny(dtype: Any) -> float:
+    """The smallest positive normal value of a floating ``dtype`` (a name, NumPy or TensorFlow
+    dtype): a divisor below it is flushed to zero on most devices."""
+    name = getattr(dtype, "name", dtype)
+    if name == "bfloat16":
+        return 1.1754943508222875e-38
+    return float(np.finfo(np.dtype(name)).tiny)
