@@ -133,6 +133,8 @@ def value_and_gradient(
         >>> value, gradient = value_and_gradient(tf.square, [1.0, -2.0])
         >>> value.tolist(), gradient.tolist()
         ([1.0, 4.0], [2.0, -4.0])
+
+    Taught in chapter 5, "Checking a gradient with finite differences".
     """
     check_callable(fn, "fn", "a callable taking one tensor")
     x = float_tensor(x, "x")
@@ -184,6 +186,8 @@ def clipped_identity(
         ...     y = clipped_identity(x, leak=0.25)
         >>> y.numpy().tolist(), tape.gradient(y, x).numpy().tolist()
         ([-1.0, 0.5, 1.0], [0.25, 1.0, 0.25])
+
+    Taught in chapter 5, "How `tf.custom_gradient` works".
     """
     x = float_tensor(x, "x")
     low, high = _bound(clip_min, "clip_min", x), _bound(clip_max, "clip_max", x)
@@ -225,6 +229,8 @@ class ClippedIdentity(keras.layers.Layer):
         >>> x = np.array([[-1.0, 0.5, 3.0]], "float32")
         >>> ClippedIdentity(0.0, 1.0)(x).numpy().tolist()
         [[0.0, 0.5, 1.0]]
+
+    Taught in chapter 5, "A custom-gradient op inside a Keras model".
     """
 
     def __init__(
@@ -285,6 +291,8 @@ def safe_norm(x: Any, axis: int = -1) -> tf.Tensor:
         ...     n = safe_norm(x)
         >>> tape.gradient(n, x).numpy().tolist()
         [[0.0, 0.0, 0.0]]
+
+    Taught in chapter 5, "A custom gradient that fixes a NaN: the norm at zero".
     """
     x = float_tensor(x, "x")
     axis = check_int(axis, "axis")
@@ -340,6 +348,8 @@ def log1p_exp(x: Any) -> tf.Tensor:
         ...     y = log1p_exp(x)
         >>> y.numpy().tolist(), tape.gradient(y, x).numpy().tolist()
         ([0.6931471824645996, 100.0], [0.5, 1.0])
+
+    Taught in chapter 5, "Softplus: overflow, and a kink autodiff gets wrong".
     """
     x = float_tensor(x, "x")
 
@@ -373,6 +383,8 @@ def default_delta(dtype: Any) -> float:
     Example:
         >>> default_delta("float64") == 2.0 ** -17
         True
+
+    Taught in chapter 5, "Checking a gradient with finite differences".
     """
     what = "float16, float32 or float64 (a name, NumPy or TensorFlow dtype)"
     # tf.as_dtype(1) is float32
@@ -432,6 +444,8 @@ def gradient_error(fn: Callable[[tf.Tensor], Any], x: Any, *, delta: float | Non
         >>> import numpy as np, tensorflow as tf
         >>> gradient_error(tf.sin, np.linspace(-2.0, 2.0, 5)) < 1e-9
         True
+
+    Taught in chapter 5, "Checking a gradient with finite differences".
     """
     check_callable(fn, "fn", "a callable taking one tensor")
     array = _checkable_array(x)
@@ -517,6 +531,8 @@ def gradient_penalty(
         >>> critic = lambda x: tf.reduce_sum(x * [3.0, 4.0], axis=-1)  # gradient norm 5
         >>> float(gradient_penalty(critic, tf.ones([8, 2]), tf.zeros([8, 2])))
         16.0
+
+    Taught in chapter 5, "Nested tapes: second derivatives and a gradient penalty".
     """
     check_callable(critic, "critic", "a callable scoring a batch")
     real = float_tensor(real, "real")

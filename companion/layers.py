@@ -120,6 +120,8 @@ def fresh_initializer(initializer: Any, index: int = 0) -> Any:
         >>> a, b = fresh_initializer(shared, 0), fresh_initializer(shared, 1)
         >>> bool(np.array_equal(a((3, 3)), b((3, 3))))
         False
+
+    Taught in chapter 4, "One initializer object for several sublayers".
     """
     check_callable(initializer, "initializer", "a keras.initializers.Initializer or a callable")
     index = check_int(index, "index", minimum=0)
@@ -167,6 +169,8 @@ class CustomDense(keras.layers.Layer):
         (2, 3)
         >>> [tuple(w.shape) for w in layer.weights]
         [(4, 3), (3,)]
+
+    Taught in chapter 4, "The companion's `CustomDense`".
     """
 
     def __init__(
@@ -267,6 +271,8 @@ class AdditiveGaussianNoise(keras.layers.Layer):
         True
         >>> bool((noise(x, training=True) == x).numpy().any())  # training: noisy
         False
+
+    Taught in chapter 4, "A layer that behaves differently in training".
     """
 
     def __init__(self, stddev: float, seed: int | None = None, **kwargs: Any) -> None:
@@ -335,6 +341,8 @@ class ResidualBlock(keras.layers.Layer):
         (2, 8)
         >>> block.projection is not None   # 4 != 8: the shortcut is projected
         True
+
+    Taught in chapter 4, "A layer made of layers: a residual block".
     """
 
     def __init__(

@@ -111,6 +111,8 @@ def image_branch(
         >>> branch = image_branch((32, 32, 3), filters=(8, 16), units=12)
         >>> branch.output_shape, branch.count_params()
         ((None, 12), 1596)
+
+    Taught in chapter 6, "Sequential: a stack with one input and one output".
     """
     first, second = _check_widths(filters, "filters", 2)
     units = _check_width(units, "units")
@@ -152,6 +154,8 @@ def meta_branch(
     Example:
         >>> meta_branch(10, units=(16, 8)).count_params()
         312
+
+    Taught in chapter 6, "Functional: the model is a graph of layers".
     """
     hidden, features = _check_widths(units, "units", 2)
     name = check_str(name, "name")
@@ -225,6 +229,8 @@ def functional_multimodal(
         >>> model = functional_multimodal((32, 32, 3), meta_dim=10, num_classes=6)
         >>> [t.name for t in model.inputs], model.output_shape
         (['image', 'meta'], (None, 6))
+
+    Taught in chapter 6, "Functional: the model is a graph of layers".
     """
     image_shape = _check_image_shape(image_shape)
     meta_dim = _check_width(meta_dim, "meta_dim")
@@ -343,6 +349,8 @@ class MultiModalModel(keras.Model):
         >>> functional = functional_multimodal((32, 32, 3), 10, 6)
         >>> model.count_params() == functional.count_params()
         True
+
+    Taught in chapter 6, "Subclassing: the model is Python code".
     """
 
     def __init__(
@@ -435,6 +443,8 @@ def copy_weights(source: keras.Model, target: keras.Model) -> list[str]:
         >>> subclass.build([(None, 16, 16, 3), (None, 4)])
         >>> copy_weights(functional, subclass)
         ['image_branch', 'meta_branch', 'fusion', 'classifier']
+
+    Taught in chapter 6, "Functional: the model is a graph of layers".
     """
     for argument, model in (("source", source), ("target", target)):
         if not isinstance(model, keras.Model):

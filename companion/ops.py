@@ -101,6 +101,8 @@ def swish(x: Any, beta: Any = 1.0) -> tf.Tensor:
         >>> x = tf.constant([-2.0, 0.0, 2.0])
         >>> bool(tf.reduce_all(swish(x) == tf.nn.silu(x)))
         True
+
+    Taught in chapter 2, "Swish from two ops".
     """
     x = float_tensor(x, "x")
     if is_real(beta):
@@ -144,6 +146,8 @@ def softplus(x: Any) -> tf.Tensor:
         >>> import tensorflow as tf
         >>> [round(float(v), 4) for v in softplus(tf.constant([-20.0, 0.0, 1000.0]))]
         [0.0, 0.6931, 1000.0]
+
+    Taught in chapter 2, "When composing overflows: softplus".
     """
     x = float_tensor(x, "x")
     positive = x > 0
@@ -168,6 +172,8 @@ def mish(x: Any) -> tf.Tensor:
         >>> import tensorflow as tf
         >>> round(float(mish(tf.constant(1.0))), 4)
         0.8651
+
+    Taught in chapter 2, "Mish: composing composed ops".
     """
     x = float_tensor(x, "x")
     return x * tf.tanh(softplus(x))
@@ -199,6 +205,8 @@ def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> tf.Tensor:
         >>> import tensorflow as tf
         >>> round(float(logsumexp(tf.constant([1000.0, 1000.0]))), 2)
         1000.69
+
+    Taught in chapter 2, "logsumexp: the max-shift trick".
     """
     x = float_tensor(x, "x")
     axis = _check_axis(axis, x.shape.rank)
@@ -237,6 +245,8 @@ def masked_mean(x: Any, mask: Any, axis: Axis = None, keepdims: bool = False) ->
         >>> mask = tf.constant([[True, True, False], [False, False, False]])
         >>> masked_mean(x, mask, axis=1).numpy().tolist()
         [1.5, 0.0]
+
+    Taught in chapter 2, "masked_mean: `tf.where`, not multiply".
     """
     x = float_tensor(x, "x")
     mask = _bool_tensor(mask, x)

@@ -27,7 +27,10 @@ __all__ = ["CheckFailure", "CheckResult", "ExerciseEntry", "check", "hint", "lis
 
 
 class ExerciseEntry(NamedTuple):
-    """An exercise as the book prints it: ``id`` (``"4.1"``) and ``title``."""
+    """An exercise as the book prints it: ``id`` (``"4.1"``) and ``title``.
+
+    Taught in every chapter, "Exercises".
+    """
 
     id: str
     title: str
@@ -74,6 +77,8 @@ def list_exercises() -> list[ExerciseEntry]:
     Example:
         >>> list_exercises()[0]
         ExerciseEntry(id='1.1', title='Ops of a convolution.')
+
+    Taught in every chapter, "Exercises".
     """
     return [ExerciseEntry(exercise.id, exercise.title) for exercise in _exercises().values()]
 
@@ -95,6 +100,8 @@ def check(exercise_id: str, answer: Any) -> CheckResult:
         TypeError: If ``exercise_id`` is not a str, or ``answer`` is not the kind of thing
             the exercise asks for (the message names the kind).
         ValueError: If there is no exercise ``exercise_id`` (the message lists the ids).
+
+    Taught in every chapter, "Exercises".
     """
     return run(_exercise(exercise_id), answer)
 
@@ -109,6 +116,8 @@ def hint(exercise_id: str, level: int = 1) -> None:
     Raises:
         TypeError: If ``exercise_id`` is not a str, or ``level`` not an int.
         ValueError: If there is no such exercise, or no such hint.
+
+    Taught in every chapter, "Exercises".
     """
     exercise = _exercise(exercise_id)
     level = check_int(level, "level", minimum=1, maximum=len(exercise.hints))

@@ -115,7 +115,10 @@ class Exercise:
 
 @dataclass(frozen=True)
 class CheckFailure:
-    """One failed check: what it checks, and what was expected and what came."""
+    """One failed check: what it checks, and what was expected and what came.
+
+    Taught in every chapter, "Exercises".
+    """
 
     check: str
     message: str
@@ -124,7 +127,10 @@ class CheckFailure:
 @dataclass(frozen=True)
 class CheckResult:
     """What ``check`` found: ``passed`` is True when every check passed; ``failures`` lists the
-    others (``CheckFailure``: ``check`` and ``message``)."""
+    others (``CheckFailure``: ``check`` and ``message``).
+
+    Taught in every chapter, "Exercises".
+    """
 
     exercise_id: str
     checks: int
