@@ -1,0 +1,214 @@
+"""Magnitude pruning: a sparsity schedule, a sparsity measure, and the callback that prunes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from companion._checks import (
+    check_fraction,
+    check_int,
+    check_real,
+    check_sequence,
+    describe,
+    dtype_max,
+)
+from companion.optimizers._shared import MAX_STEP, _check_words, _path, _selects
+
+
+def polynomial_sparsity(
+    step: Any,
+    *,
+    target_sparsity: float,
+    begin_step: int,
+    end_step: int,
+    initial_sparsity: float = 0.0,
+    power: float = 3.0,
+) -> Any:
+    """The sparsity schedule of Zhu & Gupta (2017): fast at first, levelling off at the target.
+
+    ``s(t) = target + (initial - target) * (1 - (t - begin) / (end - begin)) ** power`` for
+    ``begin <= t <= end``; ``initial`` before, ``target`` after.
+
+    Args:
+        step: The step ``t``: an int >= 0, or an integer tensor or variable (an optimizer's
+            ``iterations``, inside ``tf.function`` too), which gives a float32 tensor.
+        target_sparsity: The sparsity reached at ``end_step``, in [0, 1).
+        begin_step: The step the schedule starts rising (>= 0).
+        end_step: The step it reaches the target (> ``begin_step``).
+        initial_sparsity: The sparsity up to ``begin_step``, in [0, 1).
+        power: The exponent (> 0; 3 in the paper).
+
+    Returns:
+        The sparsity at ``step``: a float, or a float32 tensor for a tensor ``step``.
+
+    Raises:
+        TypeError: If an argument is not a number (an int for the steps).
+        ValueError: If a number is NaN, infinite or out of its range.
+
+    Example:
+        >>> schedule = dict(target_sparsity=0.8, begin_step=0, end_step=10)
+        >>> [round(polynomial_sparsity(t, **schedule), 3) for t in (0, 5, 10, 20)]
+        [0.0, 0.7, 0.8, 0.8]
+    """
+    target = check_fraction(target_sparsity, "target_sparsity", below_one=True)
+    initial = check_fraction(initial_sparsity, "initial_sparsity", below_one=True)
+    begin = check_int(begin_step, "begin_step", minimum=0, maximum=MAX_STEP - 1)
+    span = check_int(end_step, "end_step", minimum=begin + 1, maximum=MAX_STEP) - begin
+    power = check_real(power, "power", above=0, maximum=dtype_max("float32"))
+    if ops.is_tensor(step):
+        progress = ops.clip((ops.cast(step, "float32") - begin) / span, 0.0, 1.0)
+    else:
+        progress = min(
+            max((check_int(step, "step", minimum=0, maximum=MAX_STEP) - begin) / span, 0.0), 1.0
+        )
+    return target + (initial - target) * (1.0 - progress) ** power
+
+
+def _weights_array(value: Any, name: str) -> np.ndarray:
+    """``value`` (an array, tensor or variable) as a NumPy array of numbers or bools."""
+    what = "an array, tensor or variable of numbers"
+    try:
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    except ValueError as error:  # a ragged nested list
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}") from error
+    if array.dtype.kind not in "biuf":  # str, bytes, None, a dict
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
+    return array
+
+
+def sparsity(variables: Any) -> float:
+    """The fraction of exact zeros in ``variables``.
+
+    Args:
+        variables: A layer or model (its kernels: the weights whose own name contains
+            ``kernel``), one array, tensor or variable, or a list or tuple of them.
+
+    Raises:
+        TypeError: If ``variables`` is none of these (a str, a dict, ``None`` inside a list).
+        ValueError: If it holds no weights at all (an empty list, a model without kernels).
+
+    Example:
+        >>> sparsity([np.array([0.0, 1.0]), keras.Variable([[0.0, 2.0], [3.0, 0.0]])])
+        0.5
+    """
+    what = "a layer, model, array or variable, or a list or tuple of them, with at least one weight"
+    if isinstance(variables, keras.layers.Layer):
+        arrays = [
+            _weights_array(v, "variables") for v in variables.weights if _selects(v, ("kernel",))
+        ]
+    elif isinstance(variables, np.ndarray) or ops.is_tensor(
+        variables
+    ):  # Keras and TF variables too
+        arrays = [_weights_array(variables, "variables")]
+    else:
+        arrays = check_sequence(variables, "variables", what, item=_weights_array)
+    size = sum(array.size for array in arrays)
+    if size == 0:
+        raise ValueError(f"variables: expected {what}, got {describe(variables)}")
+    return float(sum(np.count_nonzero(array == 0) for array in arrays) / size)
+
+
+class MagnitudePruning(keras.callbacks.Callback):
+    """Progressive magnitude pruning under ``fit``: a schedule, a mask, weights multiplied by it.
+
+    Every ``frequency`` training batches from ``begin_step`` to ``end_step`` the mask of each
+    pruned variable is recomputed: the ``s(t)`` fraction (:func:`polynomial_sparsity`) of its
+    entries with the smallest magnitudes are masked, exactly ``round(s * size)`` of them. After
+    *every* batch the weights are multiplied by the mask, so pruned weights are exactly zero
+    and stay zero although the optimizer's momentum would move them (masking the *update*
+    instead, as the article does, freezes small weights at non-zero values). Since the schedule
+    only rises and zeros have the smallest magnitude, a pruned weight is never revived.
+
+    ``step`` counts the batches this callback has seen; call ``on_train_batch_end`` yourself
+    (after ``set_model``) to prune in a custom loop.
+
+    Args:
+        target_sparsity: Final fraction of zeros per variable, in [0, 1).
+        begin_step: First batch at which to prune (>= 0).
+        end_step: Batch at which the target is reached (> begin_step).
+        frequency: Batches between mask updates (>= 1).
+        include: Which variables to prune: a word without ``/`` is part of a variable's own name
+            (the default ``kernel`` selects ``kernel``, ``recurrent_kernel``, ... and never the
+            bias of a layer named ``kernel_net``); a word with ``/`` is part of its path
+            (``dense_1/kernel``).
+
+    Raises:
+        TypeError: If an argument has the wrong type (``include`` a str instead of a list).
+        ValueError: If ``target_sparsity`` is outside [0, 1), the steps are out of order or a
+            word of ``include`` is empty; at the start of training, if no variable matches
+            ``include``.
+
+    Example:
+        >>> keras.utils.set_random_seed(0)
+        >>> model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        >>> model.compile("adam", "mse")
+        >>> x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+        >>> pruning = MagnitudePruning(0.75, begin_step=0, end_step=4, frequency=2)
+        >>> _ = model.fit(x, x[:, :4], batch_size=8, verbose=0, callbacks=[pruning])
+        >>> sparsity(model)
+        0.75
+    """
+
+    def __init__(
+        self,
+        target_sparsity: float,
+        *,
+        begin_step: int = 0,
+        end_step: int = 1000,
+        frequency: int = 100,
+        include: Sequence[str] = ("kernel",),
+    ) -> None:
+        super().__init__()
+        self.target_sparsity = check_fraction(target_sparsity, "target_sparsity", below_one=True)
+        self.begin_step = check_int(begin_step, "begin_step", minimum=0, maximum=MAX_STEP - 1)
+        self.end_step = check_int(
+            end_step, "end_step", minimum=self.begin_step + 1, maximum=MAX_STEP
+        )
+        self.frequency = check_int(frequency, "frequency", minimum=1)
+        self.include = _check_words(include, "include", min_length=1)
+        self.step, self.masks = 0, {}
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.pruned = [v for v in self.model.trainable_weights if _selects(v, self.include)]
+        if not self.pruned:
+            raise ValueError(
+                f"include: expected parts of the names or paths of the model's variables,"
+                f" got {describe(self.include)}"
+            )
+        self._apply_masks()
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if not hasattr(self, "pruned"):
+            self.on_train_begin()
+        self.step += 1
+        due = self.begin_step <= self.step <= self.end_step and (
+            (self.step - self.begin_step) % self.frequency == 0 or self.step == self.end_step
+        )
+        if due:
+            self._update_masks(
+                polynomial_sparsity(
+                    self.step,
+                    target_sparsity=self.target_sparsity,
+                    begin_step=self.begin_step,
+                    end_step=self.end_step,
+                )
+            )
+        self._apply_masks()
+
+    def _update_masks(self, level: float) -> None:
+        for variable in self.pruned:
+            magnitude = np.abs(variable.numpy()).ravel()
+            mask = np.ones(magnitude.size, variable.dtype)
+            mask[np.argsort(magnitude, kind="stable")[: round(level * magnitude.size)]] = 0
+            self.masks[_path(variable)] = tf.constant(mask.reshape(variable.shape))
+
+    def _apply_masks(self) -> None:
+        for variable in self.pruned:
+            if _path(variable) in self.masks:
+                variable.assign(variable * self.masks[_path(variable)])

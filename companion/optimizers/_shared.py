@@ -1,0 +1,53 @@
+"""What the optimizer families share: Keras registration, the step limit, and which
+variables a list of words selects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from companion._checks import (
+    check_sequence,
+    check_str,
+)
+
+register = keras.saving.register_keras_serializable(package="companion")
+
+#: The largest step count (Keras counts ``iterations`` in int64).
+MAX_STEP = 2**63 - 1
+
+
+def _path(variable: Any) -> str:
+    """A Keras variable's path (``dense/kernel``), or a ``tf.Variable``'s name."""
+    return getattr(variable, "path", None) or variable.name
+
+
+def _own_name(variable: Any) -> str:
+    """A variable's own name (``kernel``): a Keras variable's name, a tf.Variable's last part."""
+    return variable.name.split("/")[-1].split(":")[0]
+
+
+def _name_matches(variable: Any, words: Sequence[str]) -> bool:
+    name = _own_name(variable)
+    return any(word in name for word in words)
+
+
+def _selects(variable: Any, words: Sequence[str]) -> bool:
+    """A word with ``/`` is part of the variable's path; a word without, part of its own name."""
+    return any(word in (_path(variable) if "/" in word else _own_name(variable)) for word in words)
+
+
+def _check_words(words: Any, name: str, *, min_length: int = 0) -> tuple[str, ...]:
+    """A list or tuple of non-empty strings (an empty one would match every variable)."""
+    return check_sequence(
+        words, name, "a list or tuple of non-empty str", item=check_str, min_length=min_length
+    )
+
+
+def _replicas() -> int:
+    """How many replicas run this code in sync (1 outside ``strategy.run``, or with no strategy)."""
+    context = tf.distribute.get_replica_context()
+    return 1 if context is None else context.num_replicas_in_sync
