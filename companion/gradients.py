@@ -103,10 +103,21 @@ def _check_order(low: tf.Tensor, high: tf.Tensor, clip_min: Any, clip_max: Any) 
             low, high, message="clip_min: expected values below clip_max element-wise"
         )
     elif not np.all(known_low < known_high):
-        raise ValueError(
-            f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise, "
-            f"got {describe(clip_min)}"
+        raise _order_error(np.all(known_low < 1.0), clip_min, clip_max)
+
+
+def _order_error(min_is_plausible: Any, clip_min: Any, clip_max: Any) -> ValueError:
+    """The error for ``clip_min >= clip_max``, naming the bound that is out of place: with a
+    ``clip_min`` below the default ``clip_max`` (1), the fault is ``clip_max``'s."""
+    if min_is_plausible:
+        return ValueError(
+            f"clip_max: expected values above clip_min ({describe(clip_min)}) element-wise, "
+            f"got {describe(clip_max)}"
         )
+    return ValueError(
+        f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise, "
+        f"got {describe(clip_min)}"
+    )
 
 
 def value_and_gradient(
@@ -240,10 +251,7 @@ class ClippedIdentity(keras.layers.Layer):
         self.clip_min = check_real(clip_min, "clip_min", dtype=self.compute_dtype)
         self.clip_max = check_real(clip_max, "clip_max", dtype=self.compute_dtype)
         if not self.clip_min < self.clip_max:
-            raise ValueError(
-                f"clip_min: expected values below clip_max ({describe(clip_max)}) element-wise,"
-                f" got {describe(clip_min)}"
-            )
+            raise _order_error(self.clip_min < 1.0, clip_min, clip_max)
         self.leak = check_real(leak, "leak", minimum=0, dtype=self.compute_dtype)
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:

@@ -29,6 +29,7 @@ from companion._checks import (
     is_int,
     is_real,
 )
+from companion._finite import has_nonfinite
 
 Axis = int | Sequence[int] | None
 
@@ -115,6 +116,8 @@ def swish(x: Any, beta: Any = 1.0) -> tf.Tensor:
             )
         if beta.shape.rank not in (None, 0):
             raise ValueError(f"beta: expected a scalar (rank 0), got shape {beta.shape}")
+        if hasattr(beta, "numpy") and has_nonfinite(beta):  # a value known now (eager)
+            raise ValueError(f"beta: expected a finite scalar tensor, got {describe(beta)}")
         beta = tf.cast(beta, x.dtype)
     else:
         raise TypeError(

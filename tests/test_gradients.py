@@ -593,3 +593,17 @@ def test_gradient_penalty_rejects_bad_input(kwargs, error, match):
     }
     with pytest.raises(error, match=match):
         gradient_penalty(**arguments)
+
+
+@pytest.mark.parametrize(
+    ("clip_min", "clip_max", "named"),
+    [(-1.0, -5.0, "clip_max"), (0.0, -1.0, "clip_max"), (5.0, 1.0, "clip_min")],
+)
+def test_bounds_in_the_wrong_order_name_the_bound_out_of_place(clip_min, clip_max, named):
+    # Used to name clip_min whatever was wrong: clip_max=-5 beside the default clip_min too.
+    for make in (
+        lambda: clipped_identity(tf.ones(2), clip_min=clip_min, clip_max=clip_max),
+        lambda: ClippedIdentity(clip_min=clip_min, clip_max=clip_max),
+    ):
+        with pytest.raises(ValueError, match=rf"^{named}: expected values (above|below) "):
+            make()

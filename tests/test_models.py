@@ -1,3 +1,5 @@
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -384,3 +386,16 @@ def test_multimodal_model_passes_its_own_dtype_policy_to_every_layer():
     }
     assert set(policies.values()) == {"mixed_float16"}, policies
     assert out.dtype == "float16" and {w.dtype for w in model.weights} == {"float32"}
+
+
+def test_numpy_arrays_of_ints_are_taken_as_sequences_as_keras_takes_them():
+    # keras.Input(shape=np.array([32, 32, 3])) works; so do the companion's shapes and widths,
+    # and the model is the one the tuples give (Python ints in its config).
+    from_arrays = image_branch(np.array([32, 32, 3]), filters=np.array([16, 32]), units=32)
+    from_tuples = image_branch((32, 32, 3), filters=(16, 32), units=32)
+    assert keras.Input(shape=np.array([32, 32, 3])).shape == (None, 32, 32, 3)
+    assert from_arrays.count_params() == from_tuples.count_params()
+    assert from_arrays.input_shape == from_tuples.input_shape == (None, 32, 32, 3)
+    json.dumps(from_arrays.get_config())  # no NumPy scalar left in the config
+    with pytest.raises(TypeError, match=r"^units: expected an int"):
+        image_branch((32, 32, 3), filters=(16, 32), units=np.array(32))

@@ -391,3 +391,18 @@ def test_masked_mean_takes_a_keras_variable_mask_in_tf_function():
     mask = keras.Variable([[True, False, True]], dtype="bool", trainable=False)
     x = tf.constant([[1.0, 5.0, 3.0], [2.0, 7.0, 4.0]])
     np.testing.assert_allclose(tf.function(masked_mean)(x, mask, axis=1), [2.0, 3.0])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_nonfinite_beta_tensor_is_refused_with_the_projects_error(bad):
+    # Used to be accepted: a NaN beta tensor gave NaN outputs and no error.
+    for beta in (tf.constant(bad), keras.Variable(bad)):
+        with pytest.raises(ValueError, match=r"^beta: expected a finite scalar tensor, got "):
+            swish(tf.ones(3), beta=beta)
+
+
+def test_a_beta_variable_still_trains_inside_a_tf_function():
+    beta = tf.Variable(1.5)
+    with tf.GradientTape() as tape:
+        y = tf.function(lambda x: swish(x, beta=beta))(tf.constant([1.0, -2.0]))
+    assert tape.gradient(y, beta) is not None

@@ -75,14 +75,12 @@ CASES = [
         clipped_identity,
         {"x": X, "clip_min": -1.0, "clip_max": 1.0, "leak": 0.01},
         {"x": FLOATS, "clip_min": BOUND, "clip_max": BOUND, "leak": Real(0, FLOAT32_MAX)},
-        names={"clip_min": ("clip_min", "clip_max"), "clip_max": ("clip_min", "clip_max")},
     ),
     Case(
         "ClippedIdentity",
         ClippedIdentity,
         {"clip_min": -1.0, "clip_max": 1.0, "leak": 0.01},
         {"clip_min": BOUND32, "clip_max": BOUND32, "leak": Real(0, FLOAT32_MAX)},
-        names={"clip_min": ("clip_min", "clip_max"), "clip_max": ("clip_min", "clip_max")},
     ),
     Case("ClippedIdentity.__call__", _layer_call, {"inputs": X}, {"inputs": FLOATS}),
     Case(
