@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import cv2
 import keras
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from companion import kernels, tflite
+from companion import _kernels, kernels, tflite
 from companion.gradients import gradient_error
 from companion.kernels import BuildError, CppGaussianBlur, build_blur_op, cpp_blur, load_blur_op
 from companion.notebook import run_python
@@ -235,7 +236,7 @@ def test_missing_compiler_and_headers_say_what_is_missing(monkeypatch, tmp_path)
     ):
         build_blur_op(cache_dir=tmp_path)
     monkeypatch.delenv("WHITE_BOX_TF_CXX")
-    monkeypatch.setattr(kernels, "tensorflow_flags", lambda: (["-I/nowhere/include"], []))
+    monkeypatch.setattr(_kernels, "tensorflow_flags", lambda: (["-I/nowhere/include"], []))
     with pytest.raises(BuildError, match="TensorFlow's C\\+\\+ headers.*/nowhere/include"):
         build_blur_op(cache_dir=tmp_path)
     assert not list(tmp_path.iterdir())  # nothing half-built is left behind
@@ -244,7 +245,7 @@ def test_missing_compiler_and_headers_say_what_is_missing(monkeypatch, tmp_path)
 def test_compile_errors_are_reported_with_the_compiler_output(monkeypatch, tmp_path):
     broken = tmp_path / "broken.cc"
     broken.write_text("this is not C++\n")
-    monkeypatch.setattr(kernels, "SOURCE", broken)
+    monkeypatch.setattr(_kernels, "SOURCE", broken)
     with pytest.raises(BuildError, match="compiling broken.cc failed"):
         build_blur_op(cache_dir=tmp_path / "cache")
     assert not list((tmp_path / "cache").rglob("*.so"))
@@ -276,7 +277,7 @@ def test_concurrent_builds_compile_once_and_the_cache_is_reused(monkeypatch, tmp
     ]
     # A second build with the same key does not run the compiler.
     monkeypatch.setattr(
-        kernels, "_compile", lambda *args: pytest.fail("recompiled a cached library")
+        _kernels, "_compile", lambda *args: pytest.fail("recompiled a cached library")
     )
     assert str(build_blur_op(cache_dir=tmp_path)) == library
     monkeypatch.setenv("WHITE_BOX_TF_CACHE", str(tmp_path))
@@ -287,7 +288,7 @@ def test_cache_key_depends_on_the_source(monkeypatch, tmp_path):
     key = kernels.build_key()
     changed = tmp_path / "blur_op.cc"
     changed.write_text(kernels.SOURCE.read_text() + "\n// changed\n")
-    monkeypatch.setattr(kernels, "SOURCE", changed)
+    monkeypatch.setattr(_kernels, "SOURCE", changed)
     assert kernels.build_key() != key
 
 
@@ -529,7 +530,7 @@ def test_a_damaged_or_unrecorded_build_is_rebuilt(fresh_build, tmp_path, monkeyp
         (library.parent / "blur_op.999.tmp.so").write_bytes(b"half")
         (library.parent / "manifest.json.999.tmp").write_text("{")
     calls = []
-    monkeypatch.setattr(kernels, "_compile", _fake_compile(fresh_build[1], calls))
+    monkeypatch.setattr(_kernels, "_compile", _fake_compile(fresh_build[1], calls))
     assert build_blur_op(cache_dir=root) == library
     assert len(calls) == 1 and _intact(library)
     assert sorted(p.name for p in library.parent.iterdir()) == [
@@ -728,3 +729,10 @@ def test_cpp_blur_takes_keras_variables(random_images):
     np.testing.assert_array_equal(
         cpp_blur(keras.Variable(images), 3).numpy(), cpp_blur(images, 3).numpy()
     )
+
+
+def test_the_build_system_sits_beside_its_source_and_the_op_module_re_exports_it():
+    assert kernels.SOURCE == _kernels.SOURCE
+    assert kernels.SOURCE.parent == Path(_kernels.__file__).parent
+    assert kernels.build_blur_op is _kernels.build_blur_op
+    assert set(kernels.__all__) >= {"build_blur_op", "build_key", "BuildError", "source_section"}

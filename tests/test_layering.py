@@ -18,6 +18,7 @@ import companion
 PACKAGE = Path(companion.__file__).parent
 CHECKS = {"_checks"}
 HELPERS = CHECKS | {"_finite", "notebook", "devices", "data", "timing", "cluster", "_training_state"}
+HELPERS |= {"_kernels", "_training_checks"}  # chapter 13's build system; training's checks
 EARLY_CHAPTERS = {"introspection", "ops", "pyfunc", "tflite", "layers", "gradients"}  # chapters 1-5
 MIDDLE_CHAPTERS = {"models", "training", "fitting", "optimizers"}  # chapters 6-9
 CHAPTERS = EARLY_CHAPTERS | MIDDLE_CHAPTERS | {"diagnostics", "kernels"}

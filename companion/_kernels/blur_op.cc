@@ -3,10 +3,10 @@
 // (BORDER_REFLECT_101: ... 2 1 | 0 1 2 ...).
 // GaussianBlurGrad is its adjoint, which is what the gradient needs.
 //
-// companion/kernels.py compiles this file against the installed TensorFlow, loads it
-// with tf.load_op_library and registers the gradient in Python (chapter 11 of the book
-// walks through it). The sections marked "// ==== name ====" are shown one by one in
-// the chapter.
+// companion/_kernels/__init__.py (beside this file) compiles it against the installed
+// TensorFlow; companion/kernels.py loads it with tf.load_op_library and registers the
+// gradient in Python (chapter 13 of the book walks through it). The sections marked
+// "// ==== name ====" are shown one by one in the chapter.
 
 // ==== includes ====
 #include <algorithm>
