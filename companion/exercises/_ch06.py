@@ -158,8 +158,9 @@ def off_ignores_meta(answer, context):
         np.max(np.abs(np.asarray(model(probe, use_meta=False)) - model(other, use_meta=False)))
     )
     expect(
-        gap == 0.0,
-        f"expected the same output for other metadata when use_meta=False, got a gap of "
+        gap < 1e-6,
+        f"expected the same output (within 1e-6) for other metadata when use_meta=False, got "
+        f"a gap of "
         f"{gap:.2g} (is the flag read in call, and the metadata branch's output replaced?)",
     )
 
