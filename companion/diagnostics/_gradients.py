@@ -1,0 +1,156 @@
+"""``gradient_norms`` and ``first_nonfinite_gradient``: one training step's gradients, per variable,
+in backpropagation order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from companion._checks import (
+    check_bool,
+    check_callable,
+)
+from companion._finite import has_nonfinite
+from companion.diagnostics._inputs import (
+    _blaming,
+    _call_on,
+    _check_layer,
+    _describe_input,
+    _finite_arrays,
+)
+
+
+def _gradients(
+    model: keras.layers.Layer, inputs: Any, targets: Any, loss: Callable[..., Any], training: bool
+) -> list[tuple[str, Any]]:
+    """(variable path, gradient or None) of a training step, output-side variables first."""
+    model = _check_layer(model, "model")
+    check_callable(loss, "loss", "a callable loss(y_true, y_pred)")
+    training = check_bool(training, "training")
+    _finite_arrays(inputs, "inputs")
+    target_arrays = _finite_arrays(targets, "targets")
+    with tf.GradientTape() as tape:
+        output = _call_on(model, inputs, "inputs", training=training)
+        _check_batch(target_arrays, output)
+        with _blaming(
+            "targets",
+            f"targets that loss accepts for the output ({_describe_input(output)})",
+            targets,
+        ):
+            value = loss(targets, output)
+        if model.losses:
+            value = value + tf.add_n(model.losses)
+    variables = list(model.trainable_variables)  # after the call, which builds an unbuilt model
+    gradients = tape.gradient(value, variables)
+    pairs = [
+        (v.path, None if g is None else tf.convert_to_tensor(g))
+        for v, g in zip(variables, gradients)
+    ]
+    return pairs[::-1]
+
+
+def _check_batch(targets: list[np.ndarray], output: Any) -> None:
+    """Each target has the batch size of the model's output."""
+    first = tf.nest.flatten(output)[0]
+    batch = first.shape[0] if len(first.shape) else None
+    for leaf in targets:
+        if batch is not None and (leaf.ndim < 1 or leaf.shape[0] != batch):
+            raise ValueError(
+                f"targets: expected arrays with the batch size of the model's output ({batch}), "
+                f"got {_describe_input(leaf)}"
+            )
+
+
+def gradient_norms(
+    model: keras.layers.Layer,
+    inputs: Any,
+    targets: Any,
+    *,
+    loss: Callable[..., Any],
+    training: bool = True,
+) -> dict[str, float | None]:
+    """The L2 norm of each variable's gradient for one training step (forward, loss, backward).
+
+    The loss is ``loss(targets, model(inputs))`` plus the model's regularization losses.
+    Variables come in reverse creation order: for a stack of layers, the order backpropagation
+    reaches them. Norms are computed in float64, so a large but finite gradient is not
+    reported as ``inf``. Track the global norm, ``sqrt(sum(n**2))``, over steps to see
+    gradients explode before the loss does.
+
+    Args:
+        model: A Keras model or layer with trainable variables.
+        inputs: The batch's inputs.
+        targets: The batch's targets.
+        loss: ``loss(y_true, y_pred)`` returning a scalar (a Keras loss object works).
+        training: The ``training`` flag of the forward pass.
+
+    Returns:
+        ``{variable path: norm}``; ``None`` for a variable the loss does not depend on.
+
+    Raises:
+        TypeError: If ``model`` is not a Keras layer/model, ``loss`` is not callable,
+            ``training`` is not a bool, or ``inputs`` or ``targets`` hold something other than
+            arrays of numbers.
+        ValueError: If ``inputs`` or ``targets`` hold NaN or Inf (no layer is to blame), the
+            model cannot be called on ``inputs``, or ``targets`` do not fit its output (another
+            batch size, or ``loss`` fails on them).
+
+    Example:
+        >>> import numpy as np
+        >>> dense = keras.layers.Dense(1, kernel_initializer="ones", name="d")
+        >>> x, y = np.ones((1, 2), "float32"), np.zeros((1, 1), "float32")
+        >>> norms = gradient_norms(dense, x, y, loss=keras.losses.MeanSquaredError())
+        >>> {path: round(norm, 3) for path, norm in norms.items()}  # d/db (2 + b)^2 = 4
+        {'d/bias': 4.0, 'd/kernel': 5.657}
+    """
+    return {
+        path: None if g is None else float(tf.norm(tf.cast(g, tf.float64)))
+        for path, g in _gradients(model, inputs, targets, loss, training)
+    }
+
+
+def first_nonfinite_gradient(
+    model: keras.layers.Layer,
+    inputs: Any,
+    targets: Any,
+    *,
+    loss: Callable[..., Any],
+    training: bool = True,
+) -> str | None:
+    """The path of the first variable, in backpropagation order, whose gradient holds NaN or Inf.
+
+    Backpropagation reaches the output-side layers first, and a NaN spreads from where it
+    appears towards the inputs, so the first non-finite gradient in this order is the one
+    closest to where it arose. A forward pass can be finite while a gradient is not (the
+    derivative of ``sqrt`` at 0 is infinite): check both.
+
+    Args:
+        model: A Keras model or layer with trainable variables.
+        inputs: The batch's inputs.
+        targets: The batch's targets.
+        loss: ``loss(y_true, y_pred)`` returning a scalar.
+        training: The ``training`` flag of the forward pass.
+
+    Returns:
+        The variable's path (``"dense_1/kernel"``), or ``None`` if all gradients are finite.
+
+    Raises:
+        TypeError: As for ``gradient_norms``.
+
+    Example:
+        >>> import numpy as np
+        >>> dense = keras.layers.Dense(1, name="d")
+        >>> x, y = np.ones((1, 2), "float32"), np.zeros((1, 1), "float32")
+        >>> def sqrt_of_zero(y, p):
+        ...     return keras.ops.sum(keras.ops.sqrt(keras.ops.abs(p - p)))
+        >>> first_nonfinite_gradient(dense, x, y, loss=sqrt_of_zero)
+        'd/bias'
+    """
+    for path, gradient in _gradients(model, inputs, targets, loss, training):
+        if has_nonfinite(gradient):
+            return path
+    return None
