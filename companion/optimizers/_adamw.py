@@ -105,6 +105,8 @@ class AdamW(keras.optimizers.Optimizer):
         >>> _ = AdamW(learning_rate=0.5).apply_gradients([(gradient, variable)])
         >>> [round(float(w), 4) for w in variable.numpy()]   # Keras's own test values
         [0.498, 1.496, 2.494, 3.492]
+
+    Taught in chapter 9, "Adam, written out".
     """
 
     def __init__(
@@ -132,7 +134,10 @@ class AdamW(keras.optimizers.Optimizer):
         self.exclude_from_decay = _check_words(exclude_from_decay, "exclude_from_decay")
 
     def build(self, variables: list[Any]) -> None:
-        """Create the moment slots; decide once, per variable, whether it is decayed."""
+        """Create the moment slots; decide once, per variable, whether it is decayed.
+
+        Taught in chapter 9, "The Keras 3 optimizer class, step by step".
+        """
         if self.built:
             return
         super().build(variables)
@@ -147,7 +152,10 @@ class AdamW(keras.optimizers.Optimizer):
         ]
 
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
-        """Decay ``variable``, then take one Adam step with ``gradient``."""
+        """Decay ``variable``, then take one Adam step with ``gradient``.
+
+        Taught in chapter 9, "The Keras 3 optimizer class, step by step".
+        """
         index = self._get_variable_index(variable)
         dtype = variable.dtype
         lr = _finite_learning_rate(ops.cast(learning_rate, dtype))

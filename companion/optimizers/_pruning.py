@@ -55,6 +55,8 @@ def polynomial_sparsity(
         >>> schedule = dict(target_sparsity=0.8, begin_step=0, end_step=10)
         >>> [round(polynomial_sparsity(t, **schedule), 3) for t in (0, 5, 10, 20)]
         [0.0, 0.7, 0.8, 0.8]
+
+    Taught in chapter 9, "Pruning: masking the update is not pruning".
     """
     target = check_fraction(target_sparsity, "target_sparsity", below_one=True)
     initial = check_fraction(initial_sparsity, "initial_sparsity", below_one=True)
@@ -96,6 +98,8 @@ def sparsity(variables: Any) -> float:
     Example:
         >>> sparsity([np.array([0.0, 1.0]), keras.Variable([[0.0, 2.0], [3.0, 0.0]])])
         0.5
+
+    Taught in chapter 9, "Pruning: masking the update is not pruning".
     """
     what = "a layer, model, array or variable, or a list or tuple of them, with at least one weight"
     if isinstance(variables, keras.layers.Layer):
@@ -153,6 +157,8 @@ class MagnitudePruning(keras.callbacks.Callback):
         >>> _ = model.fit(x, x[:, :4], batch_size=8, verbose=0, callbacks=[pruning])
         >>> sparsity(model)
         0.75
+
+    Taught in chapter 9, "Pruning: masking the update is not pruning".
     """
 
     def __init__(

@@ -52,6 +52,8 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
         >>> schedule = WarmupCosine(1.0, warmup_steps=2, decay_steps=4, alpha=0.1)
         >>> [round(float(schedule(t)), 4) for t in range(8)]
         [0.0, 0.5, 1.0, 0.8682, 0.55, 0.2318, 0.1, 0.1]
+
+    Taught in chapter 9, "Learning-rate schedules".
     """
 
     def __init__(

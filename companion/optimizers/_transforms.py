@@ -35,10 +35,15 @@ class GradientTransform:
     so they are saved and restored with the optimizer and may be assigned on every replica.
     Under a ``tf.distribute`` strategy :class:`TransformGradients` hands transforms the
     gradients already summed over the replicas, so every replica computes the same thing.
+
+    Taught in chapter 9, "Changing gradients without writing an optimizer".
     """
 
     def build(self, optimizer: keras.optimizers.Optimizer, variables: list[Any]) -> None:
-        """Create state variables through ``optimizer`` (nothing by default)."""
+        """Create state variables through ``optimizer`` (nothing by default).
+
+        Taught in chapter 9, "Changing gradients without writing an optimizer".
+        """
 
     def __call__(self, gradients: list[Any], variables: list[Any], step: Any) -> list[Any]:
         raise NotImplementedError
@@ -68,6 +73,8 @@ class ClipGlobalNorm(GradientTransform):
     Raises:
         TypeError: If ``clip_norm`` is not a real number.
         ValueError: If it is NaN, infinite or outside float32's normal positive range.
+
+    Taught in chapter 9, "Changing gradients without writing an optimizer".
     """
 
     def __init__(self, clip_norm: float) -> None:
@@ -106,6 +113,8 @@ class GaussianNoise(GradientTransform):
     Raises:
         TypeError: If a number is not a real number, or ``seed`` not an int.
         ValueError: If a number is NaN, infinite or out of its range.
+
+    Taught in chapter 9, "Chaining transforms and recording update norms".
     """
 
     def __init__(self, stddev: float, decay: float = 0.55, seed: int = 0) -> None:
@@ -141,6 +150,8 @@ class TopK(GradientTransform):
 
     Args:
         fraction: Fraction of entries to keep per variable, in (0, 1] (at least one is kept).
+
+    Taught in chapter 9, "Chaining transforms and recording update norms".
     """
 
     def __init__(self, fraction: float) -> None:
@@ -187,6 +198,8 @@ class TaskWeights(GradientTransform):
         TypeError: If ``weights`` is not a mapping from str to real numbers.
         ValueError: If a key is empty (it would match every variable) or a factor out of range;
             when built, if a key matches none of the optimizer's variables.
+
+    Taught in chapter 9, "Chaining transforms and recording update norms".
     """
 
     def __init__(self, weights: Mapping[str, float]) -> None:

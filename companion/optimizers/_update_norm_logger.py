@@ -24,6 +24,8 @@ class UpdateNormLogger(keras.callbacks.Callback):
     Raises:
         TypeError: If ``optimizer`` is not a :class:`TransformGradients`.
         ValueError: If it does not record update norms.
+
+    Taught in chapter 9, "Chaining transforms and recording update norms".
     """
 
     def __init__(self, optimizer: TransformGradients) -> None:

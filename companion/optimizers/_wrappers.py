@@ -88,6 +88,8 @@ class _Wrapper(keras.optimizers.Optimizer):
 
         ``model.fit`` asks the optimizer it was given (the wrapper) to scale the loss; the
         wrapped optimizer divides the gradients by its own factor, so the two must agree.
+
+        Taught in chapter 9, "What the base class adds: accumulation, averaging, loss scaling".
         """
         return self.inner_optimizer.scale_loss(loss)
 
@@ -129,6 +131,7 @@ class TransformGradients(_Wrapper):
         name: The optimizer's name.
 
     Example:
+        >>> from companion.optimizers import ClipGlobalNorm
         >>> variable = keras.Variable([3.0, -4.0], name="w")
         >>> optimizer = TransformGradients(
         ...     keras.optimizers.SGD(1.0), [ClipGlobalNorm(1.0)], record_update_norms=True
@@ -139,6 +142,8 @@ class TransformGradients(_Wrapper):
         ([2.4, -3.2], 50.0)
         >>> {path: round(norm, 4) for path, norm in optimizer.update_norms().items()}
         {'w': 1.0}
+
+    Taught in chapter 9, "Changing gradients without writing an optimizer".
     """
 
     def __init__(
@@ -217,7 +222,10 @@ class TransformGradients(_Wrapper):
 
     def update_norms(self) -> dict[str, float]:
         """The last step's update norm of each variable by path (without ``record_update_norms``:
-        empty)."""
+        empty).
+
+        Taught in chapter 9, "Chaining transforms and recording update norms".
+        """
         return {_path(v): float(n.numpy()) for v, n in zip(self._trainable_variables, self._norms)}
 
     def get_config(self) -> dict[str, Any]:
@@ -267,6 +275,8 @@ class Lookahead(_Wrapper):
         ...     _ = optimizer.apply_gradients([(ops.array([-1.0]), variable)])
         >>> float(variable.numpy()[0])  # the fast weights reached 2.0, then went halfway
         1.0
+
+    Taught in chapter 9, "Combining optimizers: Lookahead".
     """
 
     def __init__(
