@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from companion._checks import check_instance, check_int, check_real, check_str, describe
+from companion._checks import check_int, check_real, check_str, describe
+from companion.notebook import _check_env
 
 __all__ = ["MAX_WORKERS", "WorkerError", "WorkerResult", "run_workers", "variables_digest"]
 
@@ -72,17 +73,6 @@ def _free_ports(count: int) -> list[int]:
 def _tf_config(ports: list[int], index: int) -> str:
     workers = [f"127.0.0.1:{port}" for port in ports]
     return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-
-
-def _check_env(env: Any) -> dict[str, str]:
-    if env is None:
-        return {}
-    what = "a mapping of str to str, or None"
-    check_instance(env, "env", Mapping, what)
-    for key, value in env.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"env: expected {what}, got {describe(key)}: {describe(value)}")
-    return dict(env)
 
 
 def _kill(process: subprocess.Popen) -> None:

@@ -189,3 +189,16 @@ def test_a_worker_killed_mid_epoch_and_the_job_restarted_ends_where_an_unbroken_
     assert match and int(match.group(1)) % 4 == 0, resumed[0].stdout[:300]
     assert "Epoch 1/3" not in resumed[0].stdout
     assert digests(resumed) == unbroken
+
+
+@pytest.mark.parametrize(
+    "env, match",
+    [
+        ("A=1", r"^env: expected a mapping of str to str or None, got str 'A=1'$"),
+        ({"A": 1}, r"^env\['A'\]: expected a str value, got int 1$"),
+        ({1: "x"}, r"^env\[1\]: expected a str name, got int 1$"),
+    ],
+)
+def test_env_is_checked_as_run_python_checks_it(env, match):
+    with pytest.raises(TypeError, match=match):
+        run_workers("pass", env=env)

@@ -35,7 +35,7 @@ def _gradients(
     target_arrays = _finite_arrays(targets, "targets")
     with tf.GradientTape() as tape:
         output = _call_on(model, inputs, "inputs", training=training)
-        _check_batch(target_arrays, output)
+        _check_targets(target_arrays, output)
         with _blaming(
             "targets",
             f"targets that loss accepts for the output ({_describe_input(output)})",
@@ -53,9 +53,13 @@ def _gradients(
     return pairs[::-1]
 
 
-def _check_batch(targets: list[np.ndarray], output: Any) -> None:
-    """Each target has the batch size of the model's output."""
-    first = tf.nest.flatten(output)[0]
+def _check_targets(targets: list[np.ndarray], output: Any) -> None:
+    """Each target has the batch size of the model's output and, when targets and outputs pair
+    up one to one, a shape its output's loss takes without broadcasting: the output's shape (a
+    trailing axis of 1 on either side aside, which Keras's losses squeeze), or, for integer
+    class labels, the output's shape without its last axis."""
+    outputs = tf.nest.flatten(output)
+    first = outputs[0]
     batch = first.shape[0] if len(first.shape) else None
     for leaf in targets:
         if batch is not None and (leaf.ndim < 1 or leaf.shape[0] != batch):
@@ -63,6 +67,26 @@ def _check_batch(targets: list[np.ndarray], output: Any) -> None:
                 f"targets: expected arrays with the batch size of the model's output ({batch}), "
                 f"got {_describe_input(leaf)}"
             )
+    if len(targets) != len(outputs):
+        return  # the loss pairs them as it likes
+    for leaf, out in zip(targets, outputs):
+        shape = tuple(out.shape)
+        if not _fits(leaf, shape):
+            raise ValueError(
+                f"targets: expected arrays of the output's shape {shape} (integer class labels: "
+                f"{shape[:-1]}), got {_describe_input(leaf)}"
+            )
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape[:-1] if shape and shape[-1] == 1 else shape
+
+
+def _fits(target: np.ndarray, shape: tuple[int, ...]) -> bool:
+    """True if ``target`` pairs with an output of ``shape`` without broadcasting."""
+    if _squeezed(target.shape) == _squeezed(shape):
+        return True
+    return target.dtype.kind in "iu" and _squeezed(target.shape) == shape[:-1]
 
 
 def gradient_norms(
@@ -97,7 +121,8 @@ def gradient_norms(
             arrays of numbers.
         ValueError: If ``inputs`` or ``targets`` hold NaN or Inf (no layer is to blame), the
             model cannot be called on ``inputs``, or ``targets`` do not fit its output (another
-            batch size, or ``loss`` fails on them).
+            batch size, a shape the loss would broadcast against the output's, or ``loss``
+            fails on them).
 
     Example:
         >>> import numpy as np
@@ -139,7 +164,7 @@ def first_nonfinite_gradient(
         The variable's path (``"dense_1/kernel"``), or ``None`` if all gradients are finite.
 
     Raises:
-        TypeError: As for ``gradient_norms``.
+        TypeError, ValueError: As for ``gradient_norms``.
 
     Example:
         >>> import numpy as np

@@ -49,7 +49,12 @@ INPUTS = _batch(3, extra_bad=(NAN_X,))
 TARGETS = _batch(
     2,
     minimum=2,  # exactly 2 rows, the batch of X: (3, 2) is bad
-    extra_bad=(np.full((2, 2), np.inf, "float32"), np.zeros((3, 2), "float32")),
+    extra_bad=(
+        np.full((2, 2), np.inf, "float32"),
+        np.zeros((3, 2), "float32"),
+        np.zeros(2, "float32"),  # the loss would broadcast these against the (2, 2) output
+        np.zeros((2, 1), "float32"),
+    ),
 )
 SAMPLE = _batch(3, finite=False).or_none()  # NaN in a sample is data to compare, not an error
 

@@ -77,3 +77,27 @@ def test_gradient_helpers_refuse_targets_they_cannot_blame_on_a_layer():
         match=r"^targets: expected arrays with the batch size of the model's output \(4\)",
     ):
         gradient_norms(dense, X, np.zeros((3, 2), "float32"), loss=loss)
+
+
+@pytest.mark.parametrize("function", [gradient_norms, first_nonfinite_gradient])
+@pytest.mark.parametrize("shape", [(4,), (4, 1), (4, 1, 2), (4, 2, 2)])
+def test_targets_the_loss_would_broadcast_are_refused(function, shape):
+    # mse((4,), (4, 2)) broadcasts to (4, 4): finite gradients of another loss, no error
+    dense, loss = keras.layers.Dense(2), keras.losses.MeanSquaredError()
+    with pytest.raises(
+        ValueError,
+        match=r"^targets: expected arrays of the output's shape \(4, 2\) "
+        r"\(integer class labels: \(4,\)\), got ndarray of shape \(4,",
+    ):
+        function(dense, X, np.zeros(shape, "float32"), loss=loss)
+
+
+def test_targets_keras_pairs_without_broadcasting_are_accepted():
+    dense = keras.layers.Dense(3, name="dense")
+    labels = np.array([0, 2, 1, 0])
+    sparse = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    for targets in (labels, labels[:, None]):  # class labels, as fit takes them
+        assert set(gradient_norms(dense, X, targets, loss=sparse)) == {"dense/bias", "dense/kernel"}
+    column, mse = keras.layers.Dense(1, name="column"), keras.losses.MeanSquaredError()
+    squeezed = gradient_norms(column, X, np.ones(4, "float32"), loss=mse)  # (4,) for (4, 1)
+    assert squeezed == gradient_norms(column, X, np.ones((4, 1), "float32"), loss=mse)
