@@ -38,7 +38,10 @@ TAIL_LINES = 20
 
 @dataclass(frozen=True)
 class WorkerResult:
-    """What one worker left: its task index, exit status and output."""
+    """What one worker left: its task index, exit status and output.
+
+    Taught in chapter 10, "A cluster on one machine".
+    """
 
     index: int
     returncode: int
@@ -51,6 +54,8 @@ class WorkerError(RuntimeError):
 
     Attributes:
         results: What each worker left (a killed worker's ``returncode`` is ``-9``).
+
+    Taught in chapter 10, "When a worker dies".
     """
 
     def __init__(self, message: str, results: list[WorkerResult]) -> None:
@@ -122,6 +127,8 @@ def run_workers(
         ...     "print(json.loads(os.environ['TF_CONFIG'])['task']['index'])")
         >>> [r.stdout.strip() for r in results]
         ['0', '1']
+
+    Taught in chapter 10, "A cluster on one machine".
     """
     source = check_str(source, "source", "non-empty Python source (a str)")
     num_workers = check_int(num_workers, "num_workers", minimum=1, maximum=MAX_WORKERS)
@@ -199,6 +206,8 @@ def variables_digest(variables: Any) -> str:
         >>> import numpy as np
         >>> variables_digest([np.zeros(3, "float32")]) == variables_digest([np.zeros(3)])
         False
+
+    Taught in chapter 10, "One training script, one worker and two".
     """
     import numpy as np
 

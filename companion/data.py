@@ -25,6 +25,8 @@ def class_name(label: int) -> str:
     Raises:
         TypeError: If ``label`` is not an int (a NumPy integer from a label array is fine).
         ValueError: If ``label`` is not in ``range(NUM_CLASSES)``.
+
+    Taught in chapter 4, "get_config: what a saved layer remembers".
     """
     label = check_int(label, "label", minimum=0, maximum=NUM_CLASSES - 1)
     return f"{SHAPE_NAMES[label // 2]}/{'+' if label % 2 else '-'}"
@@ -100,6 +102,8 @@ def make_shapes(
         >>> (images, meta), labels = make_shapes(8, image_size=32, meta_dim=4, seed=1)
         >>> images.shape, meta.shape, labels.shape
         ((8, 32, 32, 3), (8, 4), (8,))
+
+    Taught in chapter 1, "Models: a graph of layers".
     """
     n = check_int(n, "n", minimum=1, maximum=MAX_EXAMPLES)
     image_size = check_int(image_size, "image_size", minimum=MIN_IMAGE_SIZE, maximum=MAX_IMAGE_SIZE)

@@ -100,6 +100,8 @@ def simulated_gpu() -> contextlib.AbstractContextManager[None]:
         ...     model.compile(optimizer="sgd", loss="mse")
         >>> model.jit_compile
         True
+
+    Taught in chapter 8, "XLA: jit_compile".
     """
     return _listing(_with_a_gpu)
 
@@ -117,6 +119,8 @@ def simulated_cpu_only() -> contextlib.AbstractContextManager[None]:
         ...     model.compile(optimizer="sgd", loss="mse")
         >>> model.jit_compile
         False
+
+    Taught in chapter 8, "XLA: jit_compile".
     """
     return _listing(_without_gpus)
 
@@ -126,7 +130,10 @@ _STAND_IN = {"started": False}
 
 
 def gpu_stand_in_active() -> bool:
-    """True when ``start_gpu_stand_in()`` has run in this process (not inside ``simulated_gpu``)."""
+    """True when ``start_gpu_stand_in()`` has run in this process (not inside ``simulated_gpu``).
+
+    Taught in chapter 8, "XLA: jit_compile".
+    """
     return _STAND_IN["started"]
 
 
@@ -139,6 +146,8 @@ def start_gpu_stand_in() -> None:
     CPU: ``tf.config.list_logical_devices`` lists no GPU, and the numerics of GPU kernels, TF32
     and speed are not simulated. Calling it again changes nothing. ``setup()`` calls it when the
     environment variable ``WHITE_BOX_TF_GPU_STAND_IN`` is ``"1"``.
+
+    Taught in chapter 8, "XLA: jit_compile".
     """
     import tensorflow as tf
 
@@ -156,6 +165,8 @@ def stand_in_requested() -> bool:
         >>> import os
         >>> stand_in_requested() == (os.environ.get(STAND_IN_VARIABLE) == "1")
         True
+
+    Taught in chapter 8, "XLA: jit_compile".
     """
     return os.environ.get(STAND_IN_VARIABLE, "") == "1"
 
@@ -176,6 +187,8 @@ def missing_xla_kernel(error: BaseException | str) -> str | None:
         ...     "XLA_GPU_JIT devices compatible with node {{node blur}})"
         ... )
         'EagerPyFunc'
+
+    Taught in chapter 10, "What XLA refuses".
     """
     check_instance(error, "error", (BaseException, str), "an exception or a str")
     match = _NO_XLA_KERNEL.search(str(error))

@@ -37,6 +37,8 @@ def traced_ops(
         >>> spec = tf.TensorSpec([None], tf.float32)
         >>> traced_ops(lambda x: tf.nn.relu(x * 2.0), spec)
         ['Const', 'Mul', 'Relu']
+
+    Taught in chapter 1, "Ops: the atoms".
     """
     import tensorflow as tf
 
@@ -84,6 +86,8 @@ def weights_table(layer: Any) -> list[tuple[str, tuple[int | None, ...], str, bo
         >>> dense.build((None, 4))
         >>> [row[:2] for row in weights_table(dense)]
         [('dense/kernel', (4, 3)), ('dense/bias', (3,))]
+
+    Taught in chapter 1, "When are the weights created?".
     """
     import keras
 
@@ -127,6 +131,8 @@ def layer_edges(model: Any) -> list[tuple[str, str]]:
         >>> model = keras.Model(inputs, keras.layers.Dense(2, name="out")(inputs))
         >>> layer_edges(model)
         [('x', 'out')]
+
+    Taught in chapter 1, "Models: a graph of layers".
     """
     import keras
 
@@ -232,6 +238,8 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
 
     Raises:
         TypeError: As :func:`layer_edges`, or if ``ax`` is not a matplotlib Axes.
+
+    Taught in chapter 1, "Models: a graph of layers".
     """
     import matplotlib.axes
     import matplotlib.pyplot as plt

@@ -27,6 +27,7 @@ from companion._checks import (
     check_seed,
     check_sequence,
     describe,
+    shorten,
 )
 
 #: The most logical CPU devices ``split_cpu`` makes (replicas for ``tf.distribute`` tests,
@@ -39,12 +40,18 @@ PAGE_WIDTH = 88
 
 
 def in_colab() -> bool:
-    """Return True when running inside a Google Colab kernel."""
+    """Return True when running inside a Google Colab kernel.
+
+    Taught in chapter 1, "Ops: the atoms".
+    """
     return "google.colab" in sys.modules
 
 
 def gpu_available() -> bool:
-    """Return True when TensorFlow can see at least one GPU."""
+    """Return True when TensorFlow can see at least one GPU.
+
+    Taught in chapter 1, "Ops: the atoms".
+    """
     import tensorflow as tf
 
     return bool(tf.config.list_physical_devices("GPU"))
@@ -61,6 +68,8 @@ def enable_gpu_memory_growth() -> list[str]:
 
     Returns:
         The names of the GPUs now growing their memory (empty on a CPU-only runtime).
+
+    Taught in chapter 2, "What composing gives you for free".
     """
     import tensorflow as tf
 
@@ -93,6 +102,8 @@ def split_cpu(devices: int = 2) -> list[str]:
         ValueError: If ``devices`` is below 1 or above ``MAX_CPU_DEVICES``.
         RuntimeError: If TensorFlow has already started with another number of CPU devices
             (restart the kernel and call it earlier).
+
+    Taught in chapter 7, "The same loop on two replicas: MirroredStrategy".
     """
     devices = check_int(devices, "devices", minimum=1, maximum=MAX_CPU_DEVICES)
     import tensorflow as tf
@@ -150,6 +161,8 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
         >>> info = setup(seed=0, verbose=False)
         >>> info["seed"], info["tf32"]
         (0, False)
+
+    Taught in chapter 1, "Ops: the atoms".
     """
     seed = check_seed(seed)
     verbose = check_bool(verbose, "verbose")
@@ -210,6 +223,8 @@ def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> st
         name    shape
         ------  ------
         kernel  (3, 2)
+
+    Taught in chapter 9, "Combining optimizers: Lookahead".
     """
     headers = check_sequence(
         headers,
@@ -255,6 +270,8 @@ def strip_ansi(text: str) -> str:
     Example:
         >>> strip_ansi("\x1b[1mModel\x1b[0m summary")
         'Model summary'
+
+    Taught in chapter 11, "tf.debugging.enable_check_numerics: the op and the line".
     """
     return ANSI_ESCAPE.sub("", check_instance(text, "text", str, "a str"))
 
@@ -281,6 +298,8 @@ def describe_error(error: BaseException, lines: int = 1, *, width: int | None = 
         ValueError:
             units: expected an
             int >= 1, got 0
+
+    Taught in chapter 1, "When are the weights created?".
     """
     check_instance(error, "error", BaseException, "an exception")
     lines = check_int(lines, "lines", minimum=1)
@@ -325,6 +344,8 @@ def run_python(
     Example:
         >>> run_python("print(6 * 7)").stdout
         '42\n'
+
+    Taught in chapter 2, "What composing gives you for free".
     """
     check_instance(code, "code", str, "Python source as a str")
     timeout = check_real(timeout, "timeout", above=0, maximum=MAX_TIMEOUT)
@@ -360,6 +381,8 @@ def show_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None
         name    shape
         ------  ------
         kernel  (3, 2)
+
+    Taught in chapter 1, "When are the weights created?".
     """
     print(format_table(rows, headers))
 
@@ -384,6 +407,8 @@ def print_wrapped(text: str, *, width: int = PAGE_WIDTH, indent: int = 0) -> Non
         first ops: Placeholder,
             MatMul, BiasAdd,
             Relu
+
+    Taught in chapter 2, "Which ops have which gradient".
     """
     check_instance(text, "text", str, "a str")
     width = check_int(width, "width", minimum=20)
@@ -424,6 +449,8 @@ def show_json(data: object, *, keys: Sequence[str] | None = None, width: int = P
         {
           "units": 4
         }
+
+    Taught in chapter 3, "Inside a model".
     """
     width = check_int(width, "width", minimum=20)
     if keys is not None:
@@ -444,7 +471,10 @@ def show_json(data: object, *, keys: Sequence[str] | None = None, width: int = P
 
 @dataclass
 class CaughtError:
-    """What ``show_error`` caught: ``error`` (the exception) and ``shown`` (the printed text)."""
+    """What ``show_error`` caught: ``error`` (the exception) and ``shown`` (the printed text).
+
+    Taught in chapter 1, "When are the weights created?".
+    """
 
     error: BaseException | None = None
     shown: str = ""
@@ -484,6 +514,8 @@ def show_error(
         >>> with show_error(KeyError, match=r"'\w+'"):
         ...     {}["units"]
         KeyError: 'units'
+
+    Taught in chapter 1, "When are the weights created?".
     """
     types = expected or (Exception,)
     for kind in types:
@@ -514,7 +546,7 @@ def _shown_error(
             if found is None:
                 raise AssertionError(
                     f"show_error: {match!r} is not in the {type(error).__name__}'s message: "
-                    f"{message[:300]!r}"
+                    f"{shorten(message, 300)!r}"
                 ) from error
             text = " ".join(found.group(0).split())
         caught.shown = f"{type(error).__name__}: {text}"

@@ -131,6 +131,8 @@ def gradient_norms(
         >>> norms = gradient_norms(dense, x, y, loss=keras.losses.MeanSquaredError())
         >>> {path: round(norm, 3) for path, norm in norms.items()}  # d/db (2 + b)^2 = 4
         {'d/bias': 4.0, 'd/kernel': 5.657}
+
+    Taught in chapter 11, "Exploding gradients, caught by tracking the norm".
     """
     return {
         path: None if g is None else float(tf.norm(tf.cast(g, tf.float64)))
@@ -174,6 +176,8 @@ def first_nonfinite_gradient(
         ...     return keras.ops.sum(keras.ops.sqrt(keras.ops.abs(p - p)))
         >>> first_nonfinite_gradient(dense, x, y, loss=sqrt_of_zero)
         'd/bias'
+
+    Taught in chapter 11, "A finite forward pass with a NaN gradient".
     """
     for path, gradient in _gradients(model, inputs, targets, loss, training):
         if has_nonfinite(gradient):

@@ -97,6 +97,8 @@ def first_nonfinite(
         >>> dense.set_weights([-np.eye(2, dtype="float32"), np.zeros(2, "float32")])
         >>> first_nonfinite(model, np.ones((1, 2), "float32"))
         'log'
+
+    Taught in chapter 11, "The first layer that produced it".
     """
     model = _check_layer(model, "model")
     training = check_bool(training, "training")

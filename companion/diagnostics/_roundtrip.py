@@ -40,6 +40,8 @@ class RoundtripReport:
         fresh_process: Whether the file was loaded in a fresh Python process.
         problems: One sentence per problem, naming what differs; empty when all is well.
         notes: Warnings Keras gave while saving or loading (not problems by themselves).
+
+    Taught in chapter 4, "Subclassed models record nothing".
     """
 
     subject: str
@@ -49,7 +51,10 @@ class RoundtripReport:
 
     @property
     def ok(self) -> bool:
-        """True when no problem was found."""
+        """True when no problem was found.
+
+        Taught in chapter 4, "Subclassed models record nothing".
+        """
         return not self.problems
 
     def __str__(self) -> str:
@@ -265,6 +270,8 @@ def check_roundtrip(
         >>> report = check_roundtrip(CustomDense(2), x, fresh_process=False)
         >>> report.ok, report.problems
         (True, [])
+
+    Taught in chapter 4, "Subclassed models record nothing".
     """
     check_instance(
         obj,

@@ -43,6 +43,8 @@ class TraceCounter:
         function: The underlying ``tf.function`` (``experimental_get_tracing_count()`` agrees
             with ``traces``).
         signatures: One line per trace, e.g. ``"x=float32[2, 3], scale=2.0"``.
+
+    Taught in chapter 11, "Python side effects run only while tracing".
     """
 
     def __init__(self, fn: Callable[..., Any], **tf_function_kwargs: Any) -> None:
@@ -93,7 +95,10 @@ class TraceCounter:
 
     @property
     def traces(self) -> int:
-        """How many times the function was traced."""
+        """How many times the function was traced.
+
+        Taught in chapter 11, "Python side effects run only while tracing".
+        """
         return len(self.signatures)
 
     def __repr__(self) -> str:
@@ -125,6 +130,8 @@ def count_traces(fn: Callable[..., Any] | None = None, /, **tf_function_kwargs: 
         ...     _ = scale(tf.ones(3), factor)  # a Python float: a trace per new value
         >>> scale.traces, scale.signatures[-1]
         (2, 'x=float32[3], factor=2.0')
+
+    Taught in chapter 11, "Python side effects run only while tracing".
     """
     if fn is None:
         return lambda function: TraceCounter(function, **tf_function_kwargs)
@@ -219,6 +226,8 @@ def explain_retrace(counter: TraceCounter, trace: int = -1) -> str:
         trace 2 of 3, against trace 1: factor: Python value 2.0 -> 3.0
         >>> print(explain_retrace(scale))  # trace 2 is closer than 1
         trace 3 of 3, against trace 2: x: shape [3] -> [4]
+
+    Taught in chapter 11, "Retracing, measured".
     """
     check_instance(counter, "counter", TraceCounter, "a TraceCounter (from count_traces)")
     count = counter.traces

@@ -41,6 +41,8 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
         >>> import numpy as np
         >>> check_variable_batch(keras.layers.Dense(2), np.ones((3, 4), "float32"))
         []
+
+    Taught in chapter 11, "Shapes: what is known while tracing".
     """
     check_callable(layer, "layer", "a callable layer or model")
     sample_input = _as_arrays(sample_input, "sample_input")
