@@ -21,6 +21,18 @@ from companion._checks import (
 from companion.optimizers._shared import MAX_STEP, _check_words, _path, _selects
 
 
+def _check_steps(begin_step: Any, end_step: Any) -> tuple[int, int]:
+    """Each step in its own range, then ``begin_step < end_step``; a pair out of order is reported
+    as ``begin_step``'s (``MagnitudePruning(0.5, begin_step=5000)`` names the argument given)."""
+    begin = check_int(begin_step, "begin_step", minimum=0, maximum=MAX_STEP - 1)
+    end = check_int(end_step, "end_step", minimum=1, maximum=MAX_STEP)
+    if begin >= end:
+        raise ValueError(
+            f"begin_step: expected an int >= 0 and < end_step ({end}), got {describe(begin_step)}"
+        )
+    return begin, end
+
+
 def polynomial_sparsity(
     step: Any,
     *,
@@ -49,7 +61,8 @@ def polynomial_sparsity(
 
     Raises:
         TypeError: If an argument is not a number (an int for the steps).
-        ValueError: If a number is NaN, infinite or out of its range.
+        ValueError: If a number is NaN, infinite or out of its range (``begin_step`` not below
+            ``end_step``).
 
     Example:
         >>> schedule = dict(target_sparsity=0.8, begin_step=0, end_step=10)
@@ -60,8 +73,8 @@ def polynomial_sparsity(
     """
     target = check_fraction(target_sparsity, "target_sparsity", below_one=True)
     initial = check_fraction(initial_sparsity, "initial_sparsity", below_one=True)
-    begin = check_int(begin_step, "begin_step", minimum=0, maximum=MAX_STEP - 1)
-    span = check_int(end_step, "end_step", minimum=begin + 1, maximum=MAX_STEP) - begin
+    begin, end = _check_steps(begin_step, end_step)
+    span = end - begin
     power = check_real(power, "power", above=0, maximum=dtype_max("float32"))
     if ops.is_tensor(step):
         progress = ops.clip((ops.cast(step, "float32") - begin) / span, 0.0, 1.0)
@@ -93,7 +106,8 @@ def sparsity(variables: Any) -> float:
 
     Raises:
         TypeError: If ``variables`` is none of these (a str, a dict, ``None`` inside a list).
-        ValueError: If it holds no weights at all (an empty list, a model without kernels).
+        ValueError: If it holds no weights at all (an empty list, a model without kernels), or a
+            weight is NaN or infinite.
 
     Example:
         >>> sparsity([np.array([0.0, 1.0]), keras.Variable([[0.0, 2.0], [3.0, 0.0]])])
@@ -115,6 +129,10 @@ def sparsity(variables: Any) -> float:
     size = sum(array.size for array in arrays)
     if size == 0:
         raise ValueError(f"variables: expected {what}, got {describe(variables)}")
+    if not all(np.isfinite(array).all() for array in arrays):  # NaN weights hold no zeros to count
+        raise ValueError(
+            f"variables: expected weights that are all finite, got {describe(variables)}"
+        )
     return float(sum(np.count_nonzero(array == 0) for array in arrays) / size)
 
 
@@ -144,9 +162,9 @@ class MagnitudePruning(keras.callbacks.Callback):
 
     Raises:
         TypeError: If an argument has the wrong type (``include`` a str instead of a list).
-        ValueError: If ``target_sparsity`` is outside [0, 1), the steps are out of order or a
-            word of ``include`` is empty; at the start of training, if no variable matches
-            ``include``.
+        ValueError: If ``target_sparsity`` is outside [0, 1), ``begin_step`` is not below
+            ``end_step`` or a word of ``include`` is empty; at the start of training, if no
+            variable matches ``include``.
 
     Example:
         >>> keras.utils.set_random_seed(0)
@@ -172,10 +190,7 @@ class MagnitudePruning(keras.callbacks.Callback):
     ) -> None:
         super().__init__()
         self.target_sparsity = check_fraction(target_sparsity, "target_sparsity", below_one=True)
-        self.begin_step = check_int(begin_step, "begin_step", minimum=0, maximum=MAX_STEP - 1)
-        self.end_step = check_int(
-            end_step, "end_step", minimum=self.begin_step + 1, maximum=MAX_STEP
-        )
+        self.begin_step, self.end_step = _check_steps(begin_step, end_step)
         self.frequency = check_int(frequency, "frequency", minimum=1)
         self.include = _check_words(include, "include", min_length=1)
         self.step, self.masks = 0, {}

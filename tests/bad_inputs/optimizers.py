@@ -11,6 +11,8 @@ TINY = float(np.finfo("float32").tiny)
 STEP = Kind(
     "a step (int64)", Int(0, 2**63 - 2).accepts, extra_bad=(2**64,)
 )  # Keras counts steps in int64
+#: ``begin_step`` below the tables' ``end_step`` of 10: one at or after it is begin_step's error.
+FIRST_STEP = Kind("a first step below end_step (10)", Int(0, 9).accepts, extra_bad=(10, 11, 2**62))
 LAST_STEP = Kind("a last step (int64)", Int(1, 2**63 - 1).accepts, extra_bad=(2**64,))
 NOISE_STDDEV = Real(0, F32 / 8)  # |noise| < 8 standard deviations: stddev * noise stays finite
 BELOW_ONE = Kind("a number in [0, 1)", lambda v: Real(0, 1).accepts(v) and v < 1)
@@ -33,7 +35,8 @@ def _weights(value):
 
 def _numeric(value):
     try:
-        return np.asarray(value).dtype.kind in "biuf"
+        array = np.asarray(value)
+        return array.dtype.kind in "biuf" and bool(np.all(np.isfinite(array)))
     except ValueError:
         return False
 
@@ -69,7 +72,16 @@ TASK_WEIGHTS = Kind(
 VARIABLES = Kind(
     "a model, an array or a list of arrays",
     lambda v: isinstance(v, keras.Layer) or _variables(v),
-    extra_bad=(np.zeros(0), ["a"], [np.zeros(2), None], {"w": np.zeros(2)}, "abc", np.array(["a"])),
+    extra_bad=(
+        np.zeros(0),
+        ["a"],
+        [np.zeros(2), None],
+        {"w": np.zeros(2)},
+        "abc",
+        np.array(["a"]),
+        [np.array([NAN, 1.0])],
+        np.array([0.0, np.inf]),
+    ),
 )
 RECORDER = Kind(
     "a TransformGradients that records update norms",
@@ -161,12 +173,11 @@ CASES = [
         {
             "step": STEP,
             "target_sparsity": BELOW_ONE,
-            "begin_step": STEP,
+            "begin_step": FIRST_STEP,
             "end_step": LAST_STEP,
             "initial_sparsity": BELOW_ONE,
             "power": Real(0, F32, above=0),
         },
-        names={"begin_step": ("begin_step", "end_step")},
     ),
     Case(
         "WarmupCosine",
@@ -193,11 +204,10 @@ CASES = [
         },
         {
             "target_sparsity": BELOW_ONE,
-            "begin_step": STEP,
+            "begin_step": FIRST_STEP,
             "end_step": LAST_STEP,
             "frequency": Int(1),
             "include": Seq(Str()),
         },
-        names={"begin_step": ("begin_step", "end_step")},
     ),
 ]

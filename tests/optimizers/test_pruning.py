@@ -63,8 +63,10 @@ def test_polynomial_sparsity_rises_monotonically_to_the_target():
         ({"target_sparsity": 1e300}, "target_sparsity", ValueError),
         ({"target_sparsity": float("nan")}, "target_sparsity", ValueError),
         ({"initial_sparsity": 1.0}, "initial_sparsity", ValueError),
-        ({"begin_step": 10, "end_step": 10}, "end_step", ValueError),
-        ({"begin_step": 10, "end_step": 5}, "end_step", ValueError),
+        ({"begin_step": 10, "end_step": 10}, "begin_step", ValueError),  # the pair out of order
+        ({"begin_step": 10, "end_step": 5}, "begin_step", ValueError),
+        ({"begin_step": 11}, "begin_step", ValueError),  # only begin_step given: it is named
+        ({"end_step": 0}, "end_step", ValueError),
         ({"power": -1}, "power", ValueError),
         ({"power": 0}, "power", ValueError),
         ({"power": float("inf")}, "power", ValueError),
@@ -166,10 +168,41 @@ def test_pruning_include_with_a_slash_selects_by_path():
         (
             lambda: MagnitudePruning(0.5, begin_step=10, end_step=5),
             ValueError,
-            r"^end_step: expected an int >= 11",
+            r"^begin_step: expected an int >= 0 and < end_step \(5\), got int 10",
         ),
     ],
 )
 def test_bad_input_is_rejected_naming_the_argument_pruning(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+def test_magnitude_pruning_names_begin_step_when_only_it_passes_the_default_end_step():
+    with pytest.raises(
+        ValueError, match=r"^begin_step: expected an int >= 0 and < end_step \(1000\)"
+    ):
+        MagnitudePruning(0.5, begin_step=5000)
+
+
+@pytest.mark.parametrize(
+    "value", [[np.array([np.nan, 1.0])], np.array([0.0, np.inf]), keras.Variable([np.nan])]
+)
+def test_sparsity_refuses_non_finite_weights(value):
+    with pytest.raises(ValueError, match=r"^variables: expected weights that are all finite, got"):
+        sparsity(value)
+    model = small_model()
+    model.layers[0].kernel.assign(np.full(model.layers[0].kernel.shape, np.nan, "float32"))
+    with pytest.raises(ValueError, match=r"^variables: expected weights that are all finite"):
+        sparsity(model)
+
+
+def test_sparsity_of_a_dense_layer_is_its_kernels_fraction_of_zeros():
+    """A built Dense layer without zeros is 0.0 sparse: a right answer, not a bad input accepted
+    (its bias is not counted, as no pruning schedule prunes it); an unbuilt one has no weights."""
+    dense = keras.layers.Dense(3)
+    with pytest.raises(ValueError, match=r"^variables: expected .* with at least one weight"):
+        sparsity(dense)
+    dense.build((None, 2))
+    assert sparsity(dense) == 0.0
+    dense.kernel.assign([[0.0, 1.0, 2.0], [3.0, 0.0, 0.0]])
+    assert sparsity(dense) == 0.5
