@@ -23,7 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from companion._checks import check_int, check_real, check_str, describe
+from companion._checks import (
+    check_instance,
+    check_int,
+    check_real,
+    check_sequence,
+    check_str,
+    describe,
+)
 from companion.notebook import _check_env
 
 __all__ = ["MAX_WORKERS", "WorkerError", "WorkerResult", "run_workers", "variables_digest"]
@@ -40,6 +47,11 @@ TAIL_LINES = 20
 class WorkerResult:
     """What one worker left: its task index, exit status and output.
 
+    Raises:
+        TypeError: If ``index`` or ``returncode`` is not an int, or ``stdout`` or ``stderr``
+            not a str.
+        ValueError: If ``index`` is outside 0 to ``MAX_WORKERS - 1``.
+
     Taught in chapter 10, "A cluster on one machine".
     """
 
@@ -48,6 +60,12 @@ class WorkerResult:
     stdout: str
     stderr: str
 
+    def __post_init__(self) -> None:
+        check_int(self.index, "index", minimum=0, maximum=MAX_WORKERS - 1)
+        check_int(self.returncode, "returncode")
+        check_instance(self.stdout, "stdout", str, "a str")
+        check_instance(self.stderr, "stderr", str, "a str")
+
 
 class WorkerError(RuntimeError):
     """A worker failed or the job ran out of time; every worker has been killed.
@@ -55,12 +73,24 @@ class WorkerError(RuntimeError):
     Attributes:
         results: What each worker left (a killed worker's ``returncode`` is ``-9``).
 
+    Raises:
+        TypeError: If ``message`` is not a str or ``results`` not a list of ``WorkerResult``.
+        ValueError: If ``message`` is empty.
+
     Taught in chapter 10, "When a worker dies".
     """
 
     def __init__(self, message: str, results: list[WorkerResult]) -> None:
+        message = check_str(message, "message", "a non-empty str")
+        results = check_sequence(
+            results,
+            "results",
+            "a list of WorkerResult",
+            item=lambda result, name: check_instance(result, name, WorkerResult, "a WorkerResult"),
+            min_length=0,
+        )
         super().__init__(message)
-        self.results = results
+        self.results = list(results)
 
 
 def _free_ports(count: int) -> list[int]:

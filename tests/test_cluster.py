@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from companion.cluster import WorkerError, run_workers, variables_digest
+from companion.cluster import WorkerError, WorkerResult, run_workers, variables_digest
 
 REPORT = """
 import json, os, sys
@@ -202,3 +202,14 @@ def test_a_worker_killed_mid_epoch_and_the_job_restarted_ends_where_an_unbroken_
 def test_env_is_checked_as_run_python_checks_it(env, match):
     with pytest.raises(TypeError, match=match):
         run_workers("pass", env=env)
+
+
+def test_the_records_a_job_leaves_check_their_fields():
+    result = WorkerResult(1, -9, "", "killed")
+    assert WorkerError("worker 1 of 2 timed out", [result]).results == [result]
+    with pytest.raises(TypeError, match=r"^returncode: expected an int"):
+        WorkerResult(0, None, "", "")
+    with pytest.raises(ValueError, match=r"^index: expected an int"):
+        WorkerResult(-1, 0, "", "")
+    with pytest.raises(TypeError, match=r"^results\[0\]: expected a WorkerResult, got str 'x'$"):
+        WorkerError("failed", ["x"])

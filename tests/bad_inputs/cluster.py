@@ -1,8 +1,16 @@
-"""Bad inputs for ``companion.cluster``: the job's arguments and what a digest takes."""
+"""Bad inputs for ``companion.cluster``: the job's arguments, what a digest takes, and the records
+a job leaves (a worker's result, the error of a failed job)."""
 
 from badinput import Case, Int, Kind, Real, Str
 
-from companion.cluster import MAX_TIMEOUT, MAX_WORKERS, run_workers, variables_digest
+from companion.cluster import (
+    MAX_TIMEOUT,
+    MAX_WORKERS,
+    WorkerError,
+    WorkerResult,
+    run_workers,
+    variables_digest,
+)
 
 ENV = Kind(
     "None or a mapping of str to str",
@@ -15,6 +23,9 @@ ENV = Kind(
     ),
     extra_bad=({"A": 1}, {1: "a"}),
 )
+
+TEXT = Kind("a str (empty too)", lambda v: isinstance(v, str))
+RESULT = WorkerResult(index=0, returncode=1, stdout="", stderr="Traceback ...")
 
 CASES = [
     Case(
@@ -42,10 +53,31 @@ CASES = [
             )
         },
     ),
+    Case(
+        "WorkerResult",
+        WorkerResult,
+        {"index": 0, "returncode": 0, "stdout": "", "stderr": ""},
+        {
+            "index": Int(0, MAX_WORKERS - 1),
+            "returncode": Int(),
+            "stdout": TEXT,
+            "stderr": TEXT,
+        },
+    ),
+    Case(
+        "WorkerError",
+        WorkerError,
+        {"message": "worker 0 of 2 exited with status 1", "results": [RESULT]},
+        {
+            "message": Str(),
+            "results": Kind(
+                "a list of WorkerResult",
+                lambda v: (
+                    isinstance(v, (list, tuple)) and all(isinstance(r, WorkerResult) for r in v)
+                ),
+            ),
+        },
+    ),
 ]
 
-EXEMPT = {
-    "WorkerResult": "a frozen result record that run_workers builds; users read it",
-    "WorkerError": "an exception class (raised, not called with user input)",
-    "MAX_WORKERS": "a constant",
-}
+EXEMPT = {"MAX_WORKERS": "a constant"}
