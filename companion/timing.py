@@ -47,6 +47,8 @@ class Timing:
         device: The device string the calls ran under (``None``: TensorFlow's choice).
         times: Seconds per call of each repeat, in the order they ran (in ``compare``, repeat
             ``i`` of every call ran in the same round, side by side).
+
+    Taught in chapter 1, "Going deeper: why the graph is faster".
     """
 
     median: float
@@ -67,6 +69,8 @@ def fetch(result: Any) -> Any:
     """Copy every tensor in ``result`` (nested lists, tuples, dicts) to the host as NumPy.
 
     Waiting for the values is what makes a timing include the device's work.
+
+    Taught in chapter 12, "Timing without fooling yourself".
     """
     import tensorflow as tf
 
@@ -108,9 +112,11 @@ def time_call(
         >>> timing = time_call(time.sleep, 0.001, repeats=3)
         >>> timing.median >= 0.001, timing.repeats
         (True, 3)
+
+    Taught in chapter 3, "Speed".
     """
     check_callable(fn, "fn")
-    repeats = check_repeats(repeats)
+    repeats = _check_repeats(repeats)
     number = check_int(number, "number", minimum=1, maximum=MAX_CALLS)
     warmup = check_int(warmup, "warmup", minimum=0, maximum=MAX_REPEATS)
     with _device_scope(device):
@@ -158,9 +164,11 @@ def compare(
         ...                    "long": lambda: time.sleep(0.003)}, repeats=3)
         >>> timings["long"].median > timings["short"].median
         True
+
+    Taught in chapter 1, "Going deeper: why the graph is faster".
     """
-    calls = check_calls(calls, "calls")
-    repeats = check_repeats(repeats)
+    calls = _check_calls(calls, "calls")
+    repeats = _check_repeats(repeats)
     target = check_real(target, "target", above=0, maximum=MAX_TARGET)
     with _device_scope(device):
         for call in calls.values():
@@ -181,13 +189,15 @@ def default_device() -> str:
 
     It asks for the logical devices, where ops run: under the GPU stand-in
     (``companion.devices``) a GPU is listed but every op runs on the CPU, and so do the timings.
+
+    Taught in chapter 12, "The device and the sizes".
     """
     import tensorflow as tf
 
     return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
 
 
-def resolve_device(device: str | None) -> str:
+def _resolve_device(device: str | None) -> str:
     """``device`` checked against the devices TensorFlow has; ``None``: ``default_device()``.
 
     Raises:
@@ -195,7 +205,7 @@ def resolve_device(device: str | None) -> str:
         ValueError: If it is not a device string, or names a device TensorFlow does not have.
 
     Example:
-        >>> resolve_device("cpu:0")
+        >>> _resolve_device("cpu:0")
         'cpu:0'
     """
     device = default_device() if device is None else device
@@ -203,7 +213,7 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def check_calls(calls: Any, name: str) -> dict[str, Callable[..., Any]]:
+def _check_calls(calls: Any, name: str) -> dict[str, Callable[..., Any]]:
     """``calls`` as a dict, if it is a non-empty mapping of str names to callables.
 
     Raises:
@@ -220,7 +230,7 @@ def check_calls(calls: Any, name: str) -> dict[str, Callable[..., Any]]:
     return dict(calls)
 
 
-def check_repeats(repeats: Any) -> int:
+def _check_repeats(repeats: Any) -> int:
     """``repeats`` if it is an int from 1 to ``MAX_REPEATS`` (TypeError, ValueError otherwise)."""
     return check_int(repeats, "repeats", minimum=1, maximum=MAX_REPEATS)
 

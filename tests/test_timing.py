@@ -7,11 +7,11 @@ import tensorflow as tf
 
 from companion.timing import (
     Timing,
-    check_calls,
+    _check_calls,
+    _resolve_device,
     compare,
     default_device,
     fetch,
-    resolve_device,
     time_call,
 )
 
@@ -51,8 +51,8 @@ def test_device_argument_places_the_ops():
 
 def test_the_default_device_is_the_gpu_when_there_is_one():
     expected = "/GPU:0" if tf.config.list_physical_devices("GPU") else "/CPU:0"
-    assert default_device() == expected == resolve_device(None)
-    assert resolve_device("cpu:0") == "cpu:0"
+    assert default_device() == expected == _resolve_device(None)
+    assert _resolve_device("cpu:0") == "cpu:0"
 
 
 @pytest.mark.parametrize(
@@ -84,13 +84,13 @@ def test_a_device_check_prints_what_arrived_not_only_its_type():
         match=r"^device: expected a device string such as '/CPU:0', "
         r"got list \['/CPU:0'\]$",
     ):
-        resolve_device(["/CPU:0"])
+        _resolve_device(["/CPU:0"])
     with pytest.raises(
         ValueError,
         match=r"^device: expected a device string such as '/GPU:0', "
         r"got str 'no such'$",
     ):
-        resolve_device("no such")
+        _resolve_device("no such")
 
 
 def busy_wait(seconds, durations=None):
@@ -176,9 +176,9 @@ def test_compare_rejects_bad_input(calls, kwargs, error, match):
 
 
 def test_check_calls_names_the_argument_it_checks():
-    assert check_calls({"a": abs}, "methods") == {"a": abs}
+    assert _check_calls({"a": abs}, "methods") == {"a": abs}
     with pytest.raises(TypeError, match=r"^methods\['x'\]: expected a callable, got str 'f'$"):
-        check_calls({"x": "f"}, "methods")
+        _check_calls({"x": "f"}, "methods")
 
 
 @pytest.mark.parametrize(

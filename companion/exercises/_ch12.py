@@ -122,8 +122,6 @@ def own_cost_of_a_measured_row(answer, context):
 
 def model_row_on_the_device(answer, context):
     """model_row("/CPU:0", 16) is a blur-in-model row for that device and size"""
-    from companion.timing import resolve_device
-
     row = context.once("row", lambda: answer(_CPU, 16))
     expect(
         isinstance(row, Mapping) and row.get("name") == "blur in model",
@@ -131,7 +129,7 @@ def model_row_on_the_device(answer, context):
         f"{type(row).__name__} {row.get('name') if isinstance(row, Mapping) else ''}",
     )
     expect(
-        row["device"] == resolve_device(_CPU),
+        row["device"] == _CPU,
         f"expected the row's device {_CPU}, got {row['device']} (pass device= to blur_in_model)",
     )
     expect(

@@ -1,13 +1,16 @@
 """Bad inputs for ``companion.timing``: every bad value is refused before any timing work.
 
-The kinds of a device, a count of repeats and a mapping of calls serve ``bench``'s table too.
+Every public name has a case (``default_device`` takes no argument; ``Timing`` is exempt). The
+private checks (``_check_calls``, ``_check_repeats``, ``_resolve_device``) are exercised through the
+public names that call them, here and in ``bench``'s table, which shares the kinds of a device, a
+count of repeats and a mapping of calls.
 """
 
 from collections.abc import Mapping
 
 from badinput import Anything, Callable_, Case, Int, Kind, Real
 
-from companion.timing import check_calls, check_repeats, compare, fetch, resolve_device, time_call
+from companion.timing import compare, default_device, fetch, time_call
 
 REPEATS = Int(1, 1000)
 DEVICE = Kind(
@@ -56,12 +59,7 @@ CASES = [
             "target": Real(above=0, maximum=60),
         },
     ),
-    Case("resolve_device", resolve_device, {"device": "/CPU:0"}, {"device": DEVICE}),
-    # ``name`` is the caller's label for the message, not a value from the user: not fuzzed.
-    Case(
-        "check_calls", check_calls, {"calls": {"a": abs}, "name": "calls"}, {"calls": calls_kind()}
-    ),
-    Case("check_repeats", check_repeats, {"repeats": 1}, {"repeats": REPEATS}),
+    Case("default_device", default_device, {}, {}),  # no argument: nothing to make bad
 ]
 
 EXEMPT = {

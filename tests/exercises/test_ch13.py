@@ -53,7 +53,7 @@ def test_the_wrong_gradient(accepted, caught):
 
 TIMING = """
 import numpy as np
-from companion.bench import time_call
+from companion.timing import time_call
 from companion.data import make_shapes
 from companion.kernels import cpp_blur
 from companion.pyfunc import cv2_blur
