@@ -36,7 +36,7 @@ from companion._kernels import (
     source_section,
     tensorflow_flags,
 )
-from companion.pyfunc import GaussianBlur, check_ksize, check_sigma, gaussian_kernel
+from companion.pyfunc import GaussianBlur, _check_ksize, _check_sigma, gaussian_kernel
 
 __all__ = [
     "BUILD_FLAGS",
@@ -213,7 +213,7 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
         >>> cpp_blur(np.ones((8, 8, 3), np.float16)).dtype
         tf.float16
     """
-    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
     images = _images_tensor(images, "images", ksize)
     dtype, rank = images.dtype, images.shape.rank
     compute_dtype = _COMPUTE_DTYPES[dtype]

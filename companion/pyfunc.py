@@ -37,7 +37,7 @@ OPENCV_DTYPES = (np.uint8, np.float32, np.float64)
 MAX_KSIZE = 2**15 - 1
 
 
-def check_ksize(ksize: object) -> int:
+def _check_ksize(ksize: object) -> int:
     """Return ``ksize`` as an int if it is an odd int in ``[1, MAX_KSIZE]`` (a kernel's length).
 
     Every bad value gets the same message, which states the whole rule.
@@ -50,9 +50,21 @@ def check_ksize(ksize: object) -> int:
     return int(ksize)
 
 
-def check_sigma(sigma: object) -> float:
+def _check_sigma(sigma: object) -> float:
     """Return ``sigma`` as a float if it is a finite number >= 0 (0 selects OpenCV's rule)."""
     return check_real(sigma, "sigma", minimum=0)  # 0 selects OpenCV's rule
+
+
+def _check_channels(shape: Any, name: str) -> None:
+    """The project's error, naming ``name``, for images of rank 3 or 4 with no channel.
+
+    TensorFlow's ops accept such images and return them empty; OpenCV fails with its own error.
+    """
+    if len(shape) >= 3 and shape[-1] == 0:
+        raise ValueError(
+            f"{name}: expected images (H, W, C) or (N, H, W, C) with at least 1 channel, "
+            f"got shape {tuple(shape)}"
+        )
 
 
 def gaussian_kernel(ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
@@ -79,8 +91,10 @@ def gaussian_kernel(ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
     Example:
         >>> gaussian_kernel(5) * 16
         array([1., 4., 6., 4., 1.])
+
+    Taught in chapter 3, "A native blur, built from TensorFlow ops".
     """
-    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
     if sigma == 0 and ksize in SMALL_KERNELS:
         weights = np.asarray(SMALL_KERNELS[ksize], np.float64)
     else:
@@ -90,11 +104,11 @@ def gaussian_kernel(ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
     return weights / weights.sum()
 
 
-def cv2_blur(image: np.ndarray, ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
+def cv2_blur(images: np.ndarray, ksize: int = 5, sigma: float = 0.0) -> np.ndarray:
     """Blur one image or a batch with ``cv2.GaussianBlur`` (border ``BORDER_REFLECT_101``).
 
     Args:
-        image: NumPy array ``(H, W)``, ``(H, W, C)`` or a batch ``(N, H, W, C)``; dtype
+        images: One NumPy image ``(H, W)`` or ``(H, W, C)``, or a batch ``(N, H, W, C)``; dtype
             ``uint8``, ``float32`` or ``float64`` (OpenCV rejects ``float16`` and ``int32``).
             A tensor is not accepted: call ``.numpy()`` on it first.
         ksize: Kernel size in both directions, a positive odd int.
@@ -102,56 +116,64 @@ def cv2_blur(image: np.ndarray, ksize: int = 5, sigma: float = 0.0) -> np.ndarra
             ``gaussian_kernel``).
 
     Returns:
-        The blurred array, same shape and dtype as ``image``.
+        The blurred array, same shape and dtype as ``images``.
 
     Raises:
-        TypeError: If ``image`` is not a NumPy array of a supported dtype, or ``ksize`` /
+        TypeError: If ``images`` is not a NumPy array of a supported dtype, or ``ksize`` /
             ``sigma`` have the wrong type.
-        ValueError: If ``image`` has rank other than 2, 3 or 4, or ``ksize`` / ``sigma``
+        ValueError: If ``images`` has rank other than 2, 3 or 4, or ``ksize`` / ``sigma``
             are out of range.
 
     Example:
         >>> cv2_blur(np.eye(5, dtype=np.float32)).shape
         (5, 5)
+
+    Taught in chapter 3, "OpenCV inside tf.data, through tf.py_function".
     """
     import cv2
 
-    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
-    if not isinstance(image, np.ndarray):
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    if not isinstance(images, np.ndarray):
         raise TypeError(
-            f"image: expected a NumPy array (call .numpy() on a tensor), got {describe(image)}"
+            f"images: expected a NumPy array (call .numpy() on a tensor), got {describe(images)}"
         )
-    if image.dtype not in OPENCV_DTYPES:
-        raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype}")
-    if image.ndim not in (2, 3, 4):
+    if images.dtype not in OPENCV_DTYPES:
+        raise TypeError(f"images: expected dtype uint8, float32 or float64, got {images.dtype}")
+    if images.ndim not in (2, 3, 4):
         raise ValueError(
-            f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}"
+            f"images: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {images.shape}"
         )
-    if image.ndim == 4:
+    _check_channels(images.shape, "images")
+    if images.ndim == 4:
         return (
-            np.stack([cv2_blur(one, ksize, sigma) for one in image]) if len(image) else image.copy()
+            np.stack([cv2_blur(image, ksize, sigma) for image in images])
+            if len(images)
+            else images.copy()
         )
-    blurred = cv2.GaussianBlur(image, (ksize, ksize), sigma, borderType=cv2.BORDER_REFLECT_101)
-    return blurred.reshape(image.shape)  # OpenCV drops a trailing channel axis of size 1
+    blurred = cv2.GaussianBlur(images, (ksize, ksize), sigma, borderType=cv2.BORDER_REFLECT_101)
+    return blurred.reshape(images.shape)  # OpenCV drops a trailing channel axis of size 1
 
 
-def _opencv_tensor(image: Any) -> tf.Tensor:
-    """``image`` as a tensor that ``cv2_blur`` can take: dtype and rank checked."""
+def _opencv_tensor(images: Any) -> tf.Tensor:
+    """``images`` as a tensor that ``cv2_blur`` can take: dtype and rank checked."""
     try:
-        image = tf.convert_to_tensor(image)
+        images = tf.convert_to_tensor(images)
     except (TypeError, ValueError) as error:
         what = "a tensor or array of uint8, float32 or float64"
-        raise TypeError(f"image: expected {what}, got {describe(image)}") from error
-    if image.dtype.as_numpy_dtype not in OPENCV_DTYPES:
-        raise TypeError(f"image: expected dtype uint8, float32 or float64, got {image.dtype.name}")
-    if image.shape.rank not in (2, 3, 4):
-        raise ValueError(
-            f"image: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {image.shape}"
+        raise TypeError(f"images: expected {what}, got {describe(images)}") from error
+    if images.dtype.as_numpy_dtype not in OPENCV_DTYPES:
+        raise TypeError(
+            f"images: expected dtype uint8, float32 or float64, got {images.dtype.name}"
         )
-    return image
+    if images.shape.rank not in (2, 3, 4):
+        raise ValueError(
+            f"images: expected rank 2, 3 or 4 (H, W[, C] or N, H, W, C), got shape {images.shape}"
+        )
+    _check_channels(images.shape, "images")
+    return images
 
 
-def py_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
+def py_function_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
     """Run ``cv2_blur`` as a TensorFlow op with ``tf.py_function``; keep the static shape.
 
     Works eagerly, in ``tf.data`` ``map`` and in ``tf.function``. The Python function
@@ -161,17 +183,17 @@ def py_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tenso
     another process or converted to TFLite; use ``native_blur`` for that.
 
     Not differentiable: OpenCV runs outside TensorFlow's gradient tape, so the gradient with
-    respect to ``image`` is ``None`` (the output passes through ``tf.stop_gradient``; a bare
+    respect to ``images`` is ``None`` (the output passes through ``tf.stop_gradient``; a bare
     ``tf.py_function`` around OpenCV would report a silent scalar zero instead).
 
     Args:
-        image: Tensor or array ``(H, W)``, ``(H, W, C)`` or ``(N, H, W, C)``; dtype
+        images: One image ``(H, W)`` or ``(H, W, C)``, or a batch ``(N, H, W, C)``; dtype
             ``uint8``, ``float32`` or ``float64``.
         ksize: Kernel size, a positive odd int.
         sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
 
     Returns:
-        The blurred tensor, same dtype and (static) shape as ``image``.
+        The blurred tensor, same dtype and (static) shape as ``images``.
 
     Raises:
         TypeError: If the dtype is not supported or ``ksize`` / ``sigma`` have the wrong type.
@@ -181,31 +203,33 @@ def py_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tenso
         >>> ds = tf.data.Dataset.from_tensor_slices(np.zeros((2, 8, 8, 3), np.float32))
         >>> ds.map(py_function_blur).element_spec.shape
         TensorShape([8, 8, 3])
+
+    Taught in chapter 3, "OpenCV inside tf.data, through tf.py_function".
     """
-    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
-    image = _opencv_tensor(image)
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    images = _opencv_tensor(images)
     blurred = tf.py_function(
-        lambda x: cv2_blur(x.numpy(), ksize, sigma), inp=[image], Tout=image.dtype
+        lambda x: cv2_blur(x.numpy(), ksize, sigma), inp=[images], Tout=images.dtype
     )
-    return tf.ensure_shape(tf.stop_gradient(blurred), image.shape)  # the output shape is unknown
+    return tf.ensure_shape(tf.stop_gradient(blurred), images.shape)  # the output shape is unknown
 
 
-def numpy_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
+def numpy_function_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
     """Run ``cv2_blur`` as a TensorFlow op with ``tf.numpy_function``; keep the static shape.
 
     Like ``py_function_blur``, but the Python function receives and returns NumPy arrays, so
     ``cv2_blur`` is called as it is. ``tf.numpy_function`` has no gradient (the gradient with
-    respect to ``image`` is ``None``), which is no loss in a ``tf.data`` pipeline, where it
+    respect to ``images`` is ``None``), which is no loss in a ``tf.data`` pipeline, where it
     belongs. It is tied to this Python process in the same way as ``py_function_blur``.
 
     Args:
-        image: Tensor or array ``(H, W)``, ``(H, W, C)`` or ``(N, H, W, C)``; dtype
+        images: One image ``(H, W)`` or ``(H, W, C)``, or a batch ``(N, H, W, C)``; dtype
             ``uint8``, ``float32`` or ``float64``.
         ksize: Kernel size, a positive odd int.
         sigma: Standard deviation, >= 0 (0 = OpenCV's rule).
 
     Returns:
-        The blurred tensor, same dtype and (static) shape as ``image``.
+        The blurred tensor, same dtype and (static) shape as ``images``.
 
     Raises:
         TypeError: If the dtype is not supported or ``ksize`` / ``sigma`` have the wrong type.
@@ -215,11 +239,13 @@ def numpy_function_blur(image: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Te
         >>> ds = tf.data.Dataset.from_tensor_slices(np.zeros((2, 8, 8, 3), np.float32))
         >>> ds.map(numpy_function_blur).element_spec.shape
         TensorShape([8, 8, 3])
+
+    Taught in chapter 3, "OpenCV inside tf.data, through tf.py_function".
     """
-    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
-    image = _opencv_tensor(image)
-    blurred = tf.numpy_function(lambda x: cv2_blur(x, ksize, sigma), [image], image.dtype)
-    return tf.ensure_shape(blurred, image.shape)  # the output shape is unknown
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    images = _opencv_tensor(images)
+    blurred = tf.numpy_function(lambda x: cv2_blur(x, ksize, sigma), [images], images.dtype)
+    return tf.ensure_shape(blurred, images.shape)  # the output shape is unknown
 
 
 def _reflect(x: tf.Tensor, pad: int, axis: int) -> tf.Tensor:
@@ -265,6 +291,7 @@ def _float_images(images: Any, name: str, ksize: int) -> tf.Tensor:
         raise ValueError(
             f"{name}: expected rank 3 (H, W, C) or 4 (N, H, W, C), got shape {images.shape}"
         )
+    _check_channels(images.shape, name)
     if any(d is not None and d <= ksize // 2 for d in images.shape[-3:-1]):
         raise ValueError(
             f"{name}: expected height and width > ksize // 2 = {ksize // 2} for reflect "
@@ -299,8 +326,10 @@ def native_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
     Example:
         >>> native_blur(np.ones((1, 8, 8, 3), np.float32)).shape
         TensorShape([1, 8, 8, 3])
+
+    Taught in chapter 3, "A native blur, built from TensorFlow ops".
     """
-    ksize, sigma = check_ksize(ksize), check_sigma(sigma)
+    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
     images = _float_images(images, "images", ksize)
     rank = images.shape.rank
     batch = images if rank == 4 else images[tf.newaxis]
@@ -329,12 +358,14 @@ class GaussianBlur(keras.layers.Layer):
         >>> layer = GaussianBlur(ksize=3)
         >>> layer(np.ones((2, 8, 8, 3), np.float32)).shape
         TensorShape([2, 8, 8, 3])
+
+    Taught in chapter 3, "Inside a model".
     """
 
     def __init__(self, ksize: int = 5, sigma: float = 0.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.ksize = check_ksize(ksize)
-        self.sigma = check_sigma(sigma)
+        self.ksize = _check_ksize(ksize)
+        self.sigma = _check_sigma(sigma)
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         """Check ``inputs`` before Keras converts them (its errors would not name them)."""

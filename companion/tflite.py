@@ -53,6 +53,8 @@ def convert(
         >>> model.export(path, verbose=False)
         >>> convert(path)[4:8]
         b'TFL3'
+
+    Taught in chapter 3, "TFLite refuses the wrappers".
     """
     select_tf_ops, custom_ops = (
         check_bool(select_tf_ops, "select_tf_ops"),
@@ -84,6 +86,8 @@ def refused_ops(error: BaseException) -> list[str]:
 
     Raises:
         TypeError: If ``error`` is not an exception.
+
+    Taught in chapter 3, "TFLite refuses the wrappers".
     """
     check_instance(error, "error", BaseException, "an exception")
     return sorted(set(_REFUSED.findall(str(error))))
@@ -146,6 +150,8 @@ def run(model_bytes: bytes, inputs: Any) -> np.ndarray:
         >>> keras.Model(inputs, inputs * 2.0).export(path, verbose=False)
         >>> run(convert(path), np.ones((2, 3), np.float32)).tolist()
         [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]
+
+    Taught in chapter 3, "TFLite refuses the wrappers".
     """
     interpreter = _interpreter(model_bytes)
     detail = interpreter.get_input_details()[0]

@@ -1,4 +1,5 @@
 import json
+import re
 
 import cv2
 import keras
@@ -8,7 +9,7 @@ import tensorflow as tf
 
 from companion.pyfunc import (
     GaussianBlur,
-    check_ksize,
+    _check_ksize,
     cv2_blur,
     gaussian_kernel,
     native_blur,
@@ -285,7 +286,7 @@ def test_every_bad_ksize_gets_the_whole_rule(ksize):
     with pytest.raises(ValueError, match=rf"^{KSIZE_RULE}int {ksize}$"):
         gaussian_kernel(ksize)
     with pytest.raises(TypeError, match=rf"^{KSIZE_RULE}float {ksize}\.0$"):
-        check_ksize(float(ksize))
+        _check_ksize(float(ksize))
 
 
 def test_the_largest_ksize_makes_a_kernel():
@@ -309,9 +310,24 @@ def test_layer_call_errors_name_inputs_before_keras_rewrites_them():
         GaussianBlur(5)(np.zeros((8, 8), "float32"))
 
 
-@pytest.mark.parametrize("image", [[[1.0, 2.0]], None, tf.zeros((8, 8))])
-def test_cv2_blur_says_what_it_got(image):
+@pytest.mark.parametrize("images", [[[1.0, 2.0]], None, tf.zeros((8, 8))])
+def test_cv2_blur_says_what_it_got(images):
     with pytest.raises(
-        TypeError, match=r"^image: expected a NumPy array \(call .numpy\(\) on a tensor\), got \w+ "
+        TypeError,
+        match=r"^images: expected a NumPy array \(call .numpy\(\) on a tensor\), got \w+ ",
     ):
-        cv2_blur(image)
+        cv2_blur(images)
+
+
+CHANNELS_RULE = r"expected images \(H, W, C\) or \(N, H, W, C\) with at least 1 channel, got shape "
+
+
+@pytest.mark.parametrize("shape", [(8, 8, 0), (2, 8, 8, 0)])
+def test_images_without_a_channel_are_refused_by_every_blur(shape):
+    # native_blur and GaussianBlur used to return them empty; OpenCV failed with its own error.
+    images = np.zeros(shape, "float32")
+    for blur in (cv2_blur, py_function_blur, numpy_function_blur, native_blur):
+        with pytest.raises(ValueError, match=rf"^images: {CHANNELS_RULE}{re.escape(str(shape))}$"):
+            blur(images)
+    with pytest.raises(ValueError, match=rf"^inputs: {CHANNELS_RULE}{re.escape(str(shape))}$"):
+        GaussianBlur(3)(images)
