@@ -61,7 +61,10 @@ class Timing:
 
     @property
     def median_ms(self) -> float:
-        """The median in milliseconds."""
+        """The median in milliseconds.
+
+        Taught in chapter 3, "Speed".
+        """
         return self.median * 1e3
 
 

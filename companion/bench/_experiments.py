@@ -389,7 +389,8 @@ def training_step_modes(
 
 
 def _standardize_one(image: Any) -> Any:
-    """One image minus its mean, divided by its standard deviation (the per-example function)."""
+    """One image ``(H, W, C)`` (exactly one: the per-example function) minus its mean, divided by
+    its standard deviation."""
     import tensorflow as tf
 
     return (image - tf.reduce_mean(image)) / (tf.math.reduce_std(image) + 1e-6)

@@ -78,7 +78,10 @@ class Row(_Record):
         timings: Mapping[str, Timing],
         reference: str,
     ) -> Row:
-        """The row of ``timings`` (method -> ``Timing``) against the method ``reference``."""
+        """The row of ``timings`` (method -> ``Timing``) against the method ``reference``.
+
+        Taught in chapter 12, "The blur as an op".
+        """
         medians = {method: timing.median for method, timing in timings.items()}
         return cls(
             name=name,
@@ -136,7 +139,10 @@ class Entry(_Record):
         device: str | None = None,
     ) -> Entry:
         """The entry of two medians; ``device``: the device string they ran on (``None``:
-        TensorFlow's default device)."""
+        TensorFlow's default device).
+
+        Taught in chapter 12, "make bench: the headline numbers in one command".
+        """
         import keras
         import tensorflow as tf
 
