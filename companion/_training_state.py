@@ -11,6 +11,11 @@ Under ``MultiWorkerMirroredStrategy`` every worker must take part in a save (rea
 may be a collective operation), but only the chief's copy is kept: the others write theirs to a
 temporary folder and delete it, as TensorFlow's multi-worker guide does. Every worker restores
 from the chief's folder, which must therefore be one they all see (one machine, or a shared disk).
+
+Around the epochs, ``fit``'s bookkeeping sits behind :class:`_FitHooks`, as Keras puts its own
+behind ``CallbackList``: the history, the progress lines, TensorBoard's scalars, the caller's
+``on_epoch_end`` and the checkpoints, each a small hook called at the start and end of training
+and of every epoch.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import keras
 import tensorflow as tf
+
+from companion._checks import shorten
 
 __all__ = ["TrainingCheckpoint"]
 
@@ -92,7 +101,7 @@ class TrainingCheckpoint:
             raise ValueError(
                 f"checkpoint_dir: expected checkpoints of this model, optimizer and metrics, got "
                 f"{path!r}, which does not match them: "
-                f"{reason if len(reason) <= 300 else reason[:297] + '...'}"
+                f"{shorten(reason, 300)}"
             ) from error
         status.expect_partial()  # a fresh Checkpoint has no save counter yet: nothing is lost
         history = json.loads(self._history.numpy().decode())
@@ -111,3 +120,186 @@ class TrainingCheckpoint:
             self._checkpoint.write(os.path.join(scratch, "ckpt"))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: What one pass saves within an epoch: ``(every, save)``, ``save(step)`` called every ``every``
+#: steps (see ``companion.training._run_epoch``).
+SaveWithin = tuple[int, Callable[[int], None]]
+
+#: Marks a summary as a TensorBoard scalar (what ``tf.summary.scalar`` writes, without needing
+#: the ``tensorboard`` package, which ``tf.summary.scalar`` imports and TensorFlow does not
+#: require).
+_SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
+    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars")
+).SerializeToString()
+
+
+class _Hook:
+    """One piece of ``fit``'s bookkeeping, called as Keras calls a ``keras.callbacks.Callback``."""
+
+    def on_train_begin(self) -> None:
+        """Before the first epoch run (after a checkpoint was restored)."""
+
+    def on_epoch_begin(self, epoch: int) -> None:
+        """Before the epoch's training pass (``epoch`` counted from 1)."""
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float], history: dict) -> None:
+        """After the epoch's validation, ``logs`` already in ``history``."""
+
+    def on_train_end(self) -> None:
+        """After the last epoch, or when training stops on an error."""
+
+
+class _Progress(_Hook):
+    """``Epoch i/n`` before each epoch; a ``keras.utils.Progbar`` per pass (see :meth:`bar`)."""
+
+    def __init__(self, epochs: int) -> None:
+        self.epochs = epochs
+
+    def on_epoch_begin(self, epoch: int) -> None:
+        print(f"Epoch {epoch}/{self.epochs}")
+
+    @staticmethod
+    def bar(steps: int | None, names: list[str]) -> keras.utils.Progbar:
+        """A Progbar for one pass: live in a terminal, one finished line elsewhere (no ``\\r``).
+
+        Training and validation each get their own line, so that a line stays short: Keras's
+        single line with every metric and its ``val_`` form runs past 88 columns with two
+        metrics."""
+        live = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+        return keras.utils.Progbar(steps, verbose=1 if live else 2, stateful_metrics=names)
+
+
+class _TensorBoard(_Hook):
+    """Every history entry as a TensorBoard scalar per epoch (step = epoch number, from 1)."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir, self.writer = log_dir, None
+
+    def on_train_begin(self) -> None:
+        self.writer = tf.summary.create_file_writer(self.log_dir)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float], history: dict) -> None:
+        with self.writer.as_default():
+            for name, value in logs.items():
+                tf.summary.write(
+                    name, tf.constant(value, tf.float32), step=epoch, metadata=_SCALAR_METADATA
+                )
+        self.writer.flush()
+
+    def on_train_end(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class _EpochEndCall(_Hook):
+    """The caller's ``on_epoch_end(epoch, logs)``, with a copy of the epoch's entries."""
+
+    def __init__(self, function: Callable[[int, dict[str, float]], None]) -> None:
+        self.function = function
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float], history: dict) -> None:
+        self.function(epoch, dict(logs))
+
+
+class _Checkpoints(_Hook):
+    """A :class:`TrainingCheckpoint` at every epoch's end, and every ``every`` steps within."""
+
+    def __init__(self, checkpoint: TrainingCheckpoint, every: int | None) -> None:
+        self.checkpoint, self.every = checkpoint, every
+
+    def within(self, epoch: int, history: dict) -> SaveWithin | None:
+        """What the epoch's training pass saves (``epoch - 1`` epochs done), or None."""
+        if self.every is None:
+            return None
+        return self.every, lambda step: self.checkpoint.save(epoch - 1, step, history)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float], history: dict) -> None:
+        self.checkpoint.save(epoch, 0, history)
+
+
+class _FitHooks:
+    """``fit``'s hooks in the order they run, with the history they keep (a ``CallbackList``).
+
+    Args:
+        epochs: The epochs ``fit`` runs to, for the progress lines.
+        progress: Whether to print progress lines and bars.
+        log_dir: TensorBoard's folder, or None.
+        on_epoch_end: The caller's function, or None.
+        checkpoint: The checkpoint to restore and save, or None.
+        checkpoint_every: Save within an epoch every this many steps too, or None.
+    """
+
+    def __init__(
+        self,
+        epochs: int,
+        progress: bool,
+        log_dir: str | None,
+        on_epoch_end: Callable[[int, dict[str, float]], None] | None,
+        checkpoint: TrainingCheckpoint | None,
+        checkpoint_every: int | None,
+    ) -> None:
+        self.history: dict[str, list[float]] = {}
+        self.progress = _Progress(epochs) if progress else None
+        self.checkpoints = (
+            _Checkpoints(checkpoint, checkpoint_every) if checkpoint is not None else None
+        )
+        optional = (
+            self.progress,
+            _TensorBoard(log_dir) if log_dir is not None else None,
+            _EpochEndCall(on_epoch_end) if on_epoch_end is not None else None,
+            self.checkpoints,
+        )
+        self.hooks = [hook for hook in optional if hook is not None]
+
+    def on_train_begin(self) -> tuple[int, int]:
+        """Restore the newest checkpoint, if any: ``(epochs done, steps done in the next)``."""
+        done, start = 0, 0
+        restored = self.checkpoints.checkpoint.restore() if self.checkpoints else None
+        if restored is not None:
+            done, start, self.history, path = restored
+            if self.progress is not None:
+                print(_resumed(path, done, start))
+        for hook in self.hooks:
+            hook.on_train_begin()
+        return done, start
+
+    def on_epoch_begin(self, epoch: int) -> None:
+        for hook in self.hooks:
+            hook.on_epoch_begin(epoch)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float]) -> None:
+        """Add ``logs`` to the history, then run each hook's ``on_epoch_end``."""
+        for name, value in logs.items():
+            self.history.setdefault(name, []).append(value)
+        for hook in self.hooks:
+            hook.on_epoch_end(epoch, logs, self.history)
+
+    def on_train_end(self) -> None:
+        for hook in self.hooks:
+            hook.on_train_end()
+
+    def bar(self, steps: int | None, names: list[str]) -> keras.utils.Progbar | None:
+        """A pass's progress bar, or None when ``fit`` is silent."""
+        return self.progress.bar(steps, names) if self.progress is not None else None
+
+    def save_within(self, epoch: int) -> SaveWithin | None:
+        """What the training pass of ``epoch`` saves within it, or None."""
+        return self.checkpoints.within(epoch, self.history) if self.checkpoints else None
+
+
+def _finish(bar: keras.utils.Progbar | None, steps_run: int, logs: dict[str, float]) -> None:
+    """Complete ``bar`` (if any) with the pass's ``logs``: its one finished line."""
+    if bar is not None:
+        bar.target = bar.target or steps_run  # a dataset of unknown length: now known
+        bar.update(steps_run, list(logs.items()), finalize=True)
+
+
+def _resumed(path: str, epochs_done: int, steps_done: int) -> str:
+    """The line ``fit`` prints when it carries on from the checkpoint at ``path``."""
+    where = (
+        f"epoch {epochs_done + 1}, after step {steps_done}"
+        if steps_done
+        else (f"after epoch {epochs_done}")
+    )
+    return f"Resumed from {os.path.basename(path)} ({where})"

@@ -15,15 +15,22 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-from keras.src.models.functional import Functional  # not exported by keras
+
+# Not exported by keras: the base of GuardedModel's functional form (see _init_functional).
+from keras.src.models.functional import Functional
 
 from companion._checks import (
+    check_bool,
     check_clip_norm,
     check_instance,
     check_int,
     check_real,
+    check_sequence,
+    describe,
     float_tensor,
+    is_real,
 )
+from companion._finite import nonfinite_flag
 from companion.training import clip_by_global_norm
 
 __all__ = [
@@ -41,13 +48,6 @@ MAX_RANGE_STEPS = 1_000_000
 
 def _replica_context() -> tf.distribute.ReplicaContext:
     return tf.distribute.get_replica_context()
-
-
-def _nonfinite(value: Any) -> tf.Tensor:
-    """1.0 if ``value`` (a tensor, or a list of them) holds a NaN or an infinity, else 0.0."""
-    values = [v for v in tf.nest.flatten(value) if v is not None]
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in values])
-    return 1.0 - tf.cast(finite, tf.float32)
 
 
 def _apply_where(condition: tf.Tensor, optimizer: Any, gradients: list, variables: list) -> None:
@@ -100,6 +100,8 @@ class GuardedModel(keras.Model):
         TypeError: If ``clip_norm`` is not a real number or None, or a subclass is called with
             inputs and outputs.
         ValueError: If it is not finite and positive in float32.
+
+    Taught in chapter 8, "The companion's GuardedModel".
     """
 
     def __init__(self, *args: Any, clip_norm: float | None = None, **kwargs: Any) -> None:
@@ -138,7 +140,8 @@ class GuardedModel(keras.Model):
         context = _replica_context()
         bad_loss, bad_gradients = tf.unstack(
             context.all_reduce(
-                tf.distribute.ReduceOp.SUM, tf.stack([_nonfinite(loss), _nonfinite(gradients)])
+                tf.distribute.ReduceOp.SUM,
+                tf.stack([nonfinite_flag(loss), nonfinite_flag(gradients)]),
             )
         )
         if self.clip_norm is not None:
@@ -172,7 +175,10 @@ class GuardedModel(keras.Model):
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> "GuardedModel":
-        """The model ``get_config`` describes, in its form, with its ``clip_norm``."""
+        """The model ``get_config`` describes, in its form, with its ``clip_norm``.
+
+        Taught in chapter 8, "The companion's GuardedModel".
+        """
         config = dict(config)
         clip_norm = config.pop("clip_norm", None)
         model = super().from_config(config, custom_objects=custom_objects)
@@ -202,10 +208,24 @@ class _FunctionalGuardedModel(GuardedModel, Functional):
 
     def __init__(self, *args: Any, clip_norm: float | None = None, **kwargs: Any) -> None:
         clip_norm = check_clip_norm(clip_norm)
-        # What keras.Model.__init__ does with inputs and outputs, minus rewriting the classes.
-        keras.Model.__bases__[0].__init__(self)  # the backend's Trainer
-        Functional.__init__(self, *args, **kwargs)
+        _init_functional(self, args, kwargs)
         self._guard(clip_norm)
+
+
+def _init_functional(model: keras.Model, args: tuple, kwargs: dict) -> None:
+    """What ``keras.Model.__init__(model, inputs, outputs)`` does, minus rewriting classes.
+
+    Keras 3's ``Model.__init__`` (``keras/src/models/model.py``, the same in 3.10 and 3.15) runs
+    ``Trainer.__init__(self)`` (the backend's ``TensorFlowTrainer``, ``keras.Model.__bases__[0]``),
+    then, given inputs and outputs, ``inject_functional_model_class(self.__class__)``, which
+    rewrites the ``__bases__`` of the class and of every class above it up to ``keras.Model``
+    (here ``GuardedModel``, for the whole process), and ``Functional.__init__``. No public API
+    builds a Functional model whose parent classes must stay as they are, so the two calls are
+    made here; ``tests/test_fitting.py`` fails loudly if Keras's ``Model.__init__`` changes
+    (``test_the_functional_init_mirrors_keras_model_init``).
+    """
+    keras.Model.__bases__[0].__init__(model)  # the backend's Trainer
+    Functional.__init__(model, *args, **kwargs)
 
 
 _FunctionalGuardedModel.__name__ = "GuardedModel"
@@ -237,6 +257,8 @@ class ExpectedCalibrationError(keras.metrics.Metric):
         >>> metric.update_state([0, 1], [[0.9, 0.1], [0.7, 0.3]])
         >>> round(float(metric.result()), 4)  # (|1 - 0.9| + |0 - 0.7|) / 2
         0.4
+
+    Taught in chapter 8, "The companion's metric: expected calibration error".
     """
 
     def __init__(
@@ -251,7 +273,10 @@ class ExpectedCalibrationError(keras.metrics.Metric):
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
         """Add a batch: ``y_true`` class ids ``(batch,)`` (or ``(batch, 1)``), ``y_pred``
-        probabilities ``(batch, classes)``, ``sample_weight`` ``(batch,)`` or None."""
+        probabilities ``(batch, classes)``, ``sample_weight`` ``(batch,)`` or None.
+
+        Taught in chapter 8, "The companion's metric: expected calibration error".
+        """
         y_pred = tf.cast(float_tensor(y_pred, "y_pred"), self.dtype)
         if y_pred.shape.rank != 2:
             raise ValueError(
@@ -295,6 +320,8 @@ class LearningRateRange:
         suggestion: A learning rate a tenth of the one where the smoothed loss was lowest,
             within ``[min_lr, max_lr]``.
         diverged: Whether the test stopped early because the loss blew up.
+
+    Taught in chapter 8, "A learning-rate range test".
     """
 
     learning_rates: list[float]
@@ -302,16 +329,55 @@ class LearningRateRange:
     suggestion: float
     diverged: bool
 
+    def __post_init__(self) -> None:
+        rates = check_sequence(
+            self.learning_rates,
+            "learning_rates",
+            "a list of learning rates (finite numbers > 0)",
+            item=lambda rate, name: check_real(rate, name, above=0),
+            min_length=0,
+        )
+        losses = check_sequence(
+            self.losses,
+            "losses",
+            "a list of losses (numbers, NaN and inf too), one per learning rate",
+            item=_check_recorded_loss,
+            min_length=0,
+        )
+        if len(losses) != len(rates):
+            raise ValueError(
+                f"losses: expected one loss per learning rate ({len(rates)}), got "
+                f"{describe(self.losses)} of length {len(losses)}"
+            )
+        check_real(self.suggestion, "suggestion", above=0)
+        check_bool(self.diverged, "diverged")
+
     def plot(self, ax: Any = None) -> Any:
-        """Loss against learning rate (log scale), the suggestion marked; returns the axes."""
+        """Loss against learning rate (log scale), the suggestion marked; returns the axes.
+
+        Raises:
+            TypeError: If ``ax`` is not a Matplotlib ``Axes`` or None.
+
+        Taught in chapter 8, "A learning-rate range test".
+        """
+        import matplotlib.axes
         import matplotlib.pyplot as plt
 
+        if ax is not None:
+            check_instance(ax, "ax", matplotlib.axes.Axes, "a matplotlib Axes or None")
         ax = plt.subplots(figsize=(6, 3.5))[1] if ax is None else ax
         ax.plot(self.learning_rates, self.losses)
         ax.axvline(self.suggestion, color="tab:red", linestyle="--", label="suggestion")
         ax.set(xscale="log", xlabel="learning rate", ylabel="loss of the batch")
         ax.legend()
         return ax
+
+
+def _check_recorded_loss(loss: Any, name: str) -> float:
+    """A loss as the range test records it: any real number, NaN and inf too (a divergence)."""
+    if not is_real(loss):
+        raise TypeError(f"{name}: expected a number (NaN and inf too), got {describe(loss)}")
+    return float(loss)
 
 
 class _RangeTest(keras.callbacks.Callback):
@@ -367,6 +433,8 @@ def find_learning_rate(
         TypeError: If an argument has the wrong type.
         ValueError: If the model is not compiled, its learning rate is a schedule, or a number
             is out of range.
+
+    Taught in chapter 8, "A learning-rate range test".
     """
     check_instance(model, "model", keras.Model, "a keras.Model")
     check_instance(dataset, "dataset", tf.data.Dataset, "a tf.data.Dataset")

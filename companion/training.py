@@ -20,44 +20,58 @@ back after each step), and the traced function is kept on the model, so calling 
 with the same model, optimizer, loss, metrics and data layout does not trace again.
 
 With ``checkpoint_dir`` (chapter 10) ``fit`` writes checkpoints of the model, the optimizer,
-the history and the epoch in progress, and a restarted job carries on from the newest one, to
-the weights an unbroken run reaches; under ``MultiWorkerMirroredStrategy`` the chief's are kept
-and every worker restores them.
+the history and the epoch in progress, so that a job that crashed can be restarted where it
+stopped: it carries on from the newest one, to the weights an unbroken run reaches (the same
+weights and losses to the bit, metrics to float rounding on several replicas) if the datasets
+yield the same batches each pass (no reshuffling, or a seeded shuffle with
+``reshuffle_each_iteration=False``). Under a multi-worker strategy the chief's checkpoints are
+kept (every worker takes part in a save) and every worker restores from the folder, which must
+be one they all see.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from companion._checks import (
     check_bool,
-    check_callable,
     check_choice,
     check_clip_norm,
     check_instance,
     check_int,
-    check_path,
     check_sequence,
     describe,
     float_tensor,
     is_real,
 )
-from companion._training_state import TrainingCheckpoint
+from companion._finite import has_nonfinite, nonfinite_flag
+from companion._training_checks import (
+    MetricEntry,
+    _check_built,
+    _check_element_spec,
+    _check_inputs,
+    _check_loss,
+    _check_metric_keys,
+    _check_model,
+    _check_optimizer,
+    _check_output_keys,
+    _check_pairs,
+    _check_records,
+    _check_strategy,
+    _check_trainable,
+    _learning_rate,
+    _metric_entries,
+)
+from companion._training_state import TrainingCheckpoint, _finish, _FitHooks
 
 __all__ = ["NonFiniteError", "clip_by_global_norm", "fit", "make_eval_step", "make_train_step"]
-
-#: One metric and where it reads: ``(output key or None for the whole output, metric, log name)``.
-MetricEntry = tuple[Any, keras.metrics.Metric, str]
 
 #: ``fit`` reads its running totals back from the device at most this often (seconds) during an
 #: epoch, to refresh a live progress bar and to stop early after a non-finite step; never per step.
@@ -101,6 +115,8 @@ class NonFiniteError(FloatingPointError):
             was not).
         history: The history of the epochs completed before this one.
         cause: One of :attr:`CAUSES`.
+
+    Taught in chapter 7, "A NaN stops training, and keeps the last good weights".
     """
 
     #: What can stop training, each with what the message says about it and about the weights.
@@ -168,209 +184,6 @@ class NonFiniteError(FloatingPointError):
         )
 
 
-def _check_model(model: Any) -> keras.Model:
-    return check_instance(model, "model", keras.Model, "a keras.Model")
-
-
-def _check_built(model: keras.Model) -> None:
-    if not model.built:
-        raise ValueError(
-            f"model: expected a built model, got an unbuilt {type(model).__name__}; call it on a "
-            f"batch first, or give it an Input (fit builds it from the dataset)"
-        )
-
-
-def _check_trainable(model: keras.Model) -> list[Any]:
-    """The model's trainable variables, after checking that it is built and has some."""
-    _check_built(model)
-    variables = list(model.trainable_variables)
-    if not variables:
-        raise ValueError(
-            f"model: expected trainable variables, got none in {type(model).__name__} "
-            f"{model.name!r} (is every layer frozen?)"
-        )
-    return variables
-
-
-def _check_inputs(
-    model: keras.Model, dataset: tf.data.Dataset, name: str, strategy: tf.distribute.Strategy
-) -> None:
-    """Run the model symbolically (no data) on the inputs of ``dataset``, the argument ``name``.
-
-    An unbuilt model is built for them, as ``model.fit`` does; inputs a built model does not take
-    are refused here, before training, rather than when the step is traced.
-    """
-    input_spec = dataset.element_spec[0]
-    symbolic = tf.nest.map_structure(
-        lambda spec: keras.KerasTensor(spec.shape, spec.dtype), input_spec
-    )
-    try:
-        if model.built:
-            model.compute_output_spec(symbolic)
-        else:
-            with strategy.scope():  # its variables must be the strategy's
-                model(symbolic, training=False)
-    except (TypeError, ValueError) as error:
-        reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-        raise ValueError(
-            f"{name}: expected inputs the model takes, got {_shown(input_spec)}: "
-            f"{reason if len(reason) <= 300 else reason[:297] + '...'}"
-        ) from error
-
-
-def _check_optimizer(optimizer: Any) -> None:
-    """A Keras optimizer whose learning rate is finite now (read once; the step checks it again)."""
-    check_instance(
-        optimizer, "optimizer", keras.optimizers.Optimizer, "a keras.optimizers.Optimizer"
-    )
-    rate = _learning_rate(optimizer)
-    if not math.isfinite(rate):
-        raise ValueError(
-            f"optimizer: expected a finite learning rate, got {type(optimizer).__name__} with "
-            f"learning_rate {rate}"
-        )
-
-
-def _learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
-    """The optimizer's current learning rate, read from the device (a schedule's value now)."""
-    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
-
-
-def _check_signature(function: Any, name: str, what: str, arguments: tuple[Any, ...]) -> None:
-    """``function`` must be callable with ``arguments`` (when Python can tell its signature)."""
-    check_callable(function, name, what)
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError):  # a builtin without a signature: its call will tell
-        return
-    try:
-        signature.bind(*arguments)
-    except TypeError:
-        raise TypeError(
-            f"{name}: expected {what}, got {describe(function)} with parameters {signature}"
-        ) from None
-
-
-def _check_loss(loss: Any) -> None:
-    _check_signature(loss, "loss", "a callable loss(y_true, y_pred)", (None, None))
-
-
-def _shown(spec: Any) -> str:
-    return repr(spec) if len(repr(spec)) <= 120 else repr(spec)[:117] + "..."
-
-
-def _check_pairs(dataset: Any, name: str) -> tf.data.Dataset:
-    """Insist on a finite, non-empty ``tf.data.Dataset`` of ``(inputs, targets)`` pairs."""
-    check_instance(dataset, name, tf.data.Dataset, "a tf.data.Dataset of (inputs, targets) pairs")
-    spec = dataset.element_spec
-    if not (isinstance(spec, tuple) and len(spec) == 2):
-        raise ValueError(
-            f"{name}: expected a tf.data.Dataset of (inputs, targets) pairs, got elements "
-            f"{_shown(spec)}; map it to pairs first, e.g. dataset.map(lambda x, y, *rest: (x, y))"
-        )
-    cardinality = int(dataset.cardinality())
-    if cardinality == int(tf.data.INFINITE_CARDINALITY):
-        raise ValueError(
-            f"{name}: expected a finite dataset (an epoch is one pass over it), got an "
-            f"infinite one; limit it, e.g. dataset.take(steps)"
-        )
-    if cardinality == 0:
-        raise ValueError(f"{name}: expected at least one batch, got an empty dataset")
-    return dataset
-
-
-def _check_element_spec(element_spec: Any) -> Any:
-    """None, or the ``element_spec`` of a dataset of ``(inputs, targets)`` pairs (type specs)."""
-    what = "None or a dataset's element_spec, a pair (inputs, targets) of tf.TypeSpec"
-    if element_spec is None:
-        return None
-    if not isinstance(element_spec, tuple) or len(element_spec) != 2:
-        raise TypeError(f"element_spec: expected {what}, got {describe(element_spec)}")
-    leaves = tf.nest.flatten(element_spec)
-    if not leaves or not all(isinstance(leaf, tf.TypeSpec) for leaf in leaves):
-        raise TypeError(f"element_spec: expected {what}, got {describe(element_spec)}")
-    return element_spec
-
-
-def _check_folder(value: Any, name: str, holds: str) -> str | None:
-    """None, or a non-empty path that is a folder or can become one (for ``holds``)."""
-    if value is None:
-        return None
-    path = check_path(value, name)
-    if path.exists() and not path.is_dir():
-        raise ValueError(
-            f"{name}: expected a folder for {holds}, got {describe(value)}, an existing file"
-        )
-    return os.fspath(path)
-
-
-def _check_metric(metric: Any, name: str) -> keras.metrics.Metric:
-    return check_instance(metric, name, keras.metrics.Metric, "a keras.metrics.Metric")
-
-
-def _metric_entries(metrics: Any) -> list[MetricEntry]:
-    """Flatten ``metrics`` (a sequence, or a mapping from output key to metrics) into entries.
-
-    Each entry's log name must be its own and not ``"loss"``: the history has one list per name.
-    """
-    what = "a list of keras.metrics.Metric or a mapping from output key to metrics"
-    if isinstance(metrics, Mapping):
-        pairs = [
-            (key, m)
-            for key, value in metrics.items()
-            for m in (
-                check_sequence(
-                    value, f"metrics[{key!r}]", "metrics", item=_check_metric, min_length=0
-                )
-                if isinstance(value, (list, tuple))
-                else [_check_metric(value, f"metrics[{key!r}]")]
-            )
-        ]
-    else:
-        pairs = [
-            (None, m)
-            for m in check_sequence(metrics, "metrics", what, item=_check_metric, min_length=0)
-        ]
-    entries = [(key, m, m.name if key is None else f"{key}_{m.name}") for key, m in pairs]
-    names = [name for _, _, name in entries]
-    for name in names:
-        if name == "loss" or names.count(name) > 1:
-            raise ValueError(
-                f"metrics: expected metrics with distinct names other than 'loss', got "
-                f"{describe(metrics)}, whose names clash on {name!r}"
-            )
-    return entries
-
-
-def _check_strategy(strategy: Any, model: keras.Model, optimizer: Any) -> tf.distribute.Strategy:
-    """The strategy to run under (TensorFlow's default one for None), the variables checked."""
-    if strategy is None:
-        return tf.distribute.get_strategy()
-    if not isinstance(strategy, tf.distribute.Strategy):
-        raise TypeError(
-            f"strategy: expected a tf.distribute.Strategy or None, got {describe(strategy)}"
-        )
-    variables = list(model.variables) + (list(optimizer.variables) if optimizer is not None else [])
-    outside = [
-        v.path
-        for v in variables
-        if not strategy.extended.variable_created_in_scope(_tf_variable(v))
-    ]
-    if outside:
-        raise ValueError(
-            f"strategy: expected the model and optimizer to be created under strategy.scope(), "
-            f"got {len(outside)} variable(s) created outside it, e.g. {outside[0]!r}"
-        )
-    return strategy
-
-
-def _tf_variable(variable: Any) -> Any:
-    """The ``tf.Variable`` behind a Keras 3 variable (the variable itself otherwise)."""
-    return (
-        getattr(variable, "value", variable) if isinstance(variable, keras.Variable) else variable
-    )
-
-
 def _batch_size(x: Any) -> tf.Tensor:
     return tf.shape(tf.nest.flatten(x)[0])[0]
 
@@ -387,7 +200,7 @@ def _replica_loss(
     used as is on one replica and refused under several: a hand-written mean has not been
     divided, and the step cannot tell it from a Keras one. Float16 losses are summed in float32.
     """
-    values = tf.convert_to_tensor(loss(y, predictions))
+    values = _loss_values(loss, loss(y, predictions))
     if values.dtype in (tf.float16, tf.bfloat16):
         values = tf.cast(values, tf.float32)
     if values.shape.rank == 0:
@@ -412,31 +225,27 @@ def _replica_loss(
     return share
 
 
-def _count_nonfinite(share: tf.Tensor, gradients: list[Any]) -> tf.Tensor:
-    """1 if this replica's loss or any of ``gradients`` is NaN or infinite, else 0."""
-    present = [g for g in gradients if g is not None]
-    finite = tf.math.is_finite(share)
-    if present:
-        finite = tf.logical_and(finite, tf.math.is_finite(tf.linalg.global_norm(present)))
-    return tf.cast(tf.logical_not(finite), tf.int32)
-
-
-def _check_metric_keys(entries: list[MetricEntry], structure: Any, what: str) -> None:
-    """Each output key of ``entries`` must be a key of ``structure`` (outputs or targets)."""
-    for key, _, _ in entries:
-        if key is not None and not (isinstance(structure, Mapping) and key in structure):
-            keys = sorted(structure) if isinstance(structure, Mapping) else "none: a single tensor"
-            raise ValueError(f"metrics: expected keys of {what} ({keys}), got {key!r}")
-
-
-def _check_output_keys(entries: list[MetricEntry], model: keras.Model) -> None:
-    """Check the metrics' output keys now when Keras knows the outputs (a Functional model);
-    otherwise the step checks them when it is traced."""
+def _loss_values(loss: Callable[..., Any], value: Any) -> tf.Tensor:
+    """What ``loss`` returned, as a float tensor; the project's error for anything else (a str,
+    an int: Keras's own losses return floats, and an int loss has no gradient)."""
     try:
-        outputs = model.output
-    except (AttributeError, ValueError):
-        return
-    _check_metric_keys(entries, outputs, "the model's outputs")
+        values = tf.convert_to_tensor(value)
+    except (TypeError, ValueError):
+        values = None
+    if values is None or not values.dtype.is_floating:
+        raise TypeError(
+            f"loss: expected a callable returning float losses, got {describe(loss)}, which "
+            f"returned {describe(value)}"
+        )
+    return values
+
+
+def _count_nonfinite(share: tf.Tensor, gradients: list[Any]) -> tf.Tensor:
+    """1 if this replica's loss or the global norm of ``gradients`` is NaN or infinite (any
+    gradient is, or the norm overflows), else 0."""
+    present = [g for g in gradients if g is not None]
+    norm = tf.linalg.global_norm(present) if present else None
+    return tf.cast(nonfinite_flag([share, norm]), tf.int32)
 
 
 def _update_metrics(entries: list[MetricEntry], y: Any, predictions: Any) -> None:
@@ -487,6 +296,8 @@ def clip_by_global_norm(
         >>> clipped = clip_by_global_norm([tf.constant([3.0, 4.0]), None], clip_norm=1.0)
         >>> [round(float(v), 3) for v in clipped[0]], clipped[1]
         ([0.6, 0.8], None)
+
+    Taught in chapter 7, "What a custom loop lets you change".
     """
     gradients = check_sequence(
         gradients,
@@ -511,7 +322,7 @@ def clip_by_global_norm(
 
 def _all_finite(variables: list[Any]) -> tf.Tensor:
     """Whether every element of ``variables`` is finite (elementwise: a large weight is fine)."""
-    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
+    return tf.equal(nonfinite_flag(variables), 0.0)
 
 
 def _function(fn: Callable[..., Any], element_spec: Any) -> Any:
@@ -583,7 +394,7 @@ def make_train_step(
 
     Raises:
         TypeError: If an argument has the wrong type (``loss`` that cannot take two arguments
-            included).
+            included); when first called, if ``loss`` returns no floats (a str, an int).
         ValueError: If ``clip_norm`` is out of range, the optimizer's learning rate is not
             finite, metrics share a name (or take ``"loss"``), a metrics key is not one of a
             Functional model's outputs, the model is not built or has no trainable variables, or
@@ -603,6 +414,8 @@ def make_train_step(
         >>> losses = [float(step(batch)["loss"]) for _ in range(3) for batch in data]
         >>> losses[-1] < losses[0], step.experimental_get_tracing_count()
         (True, 1)
+
+    Taught in chapter 7, "A NaN stops training, and keeps the last good weights".
     """
     model = _check_model(model)
     _check_optimizer(optimizer)
@@ -700,7 +513,8 @@ def make_eval_step(
         and its number of ``"examples"``.
 
     Raises:
-        TypeError: If an argument has the wrong type.
+        TypeError: If an argument has the wrong type; when first called, if ``loss`` returns
+            no floats (a str, an int).
         ValueError: If the model is not built, metrics share a name or a metrics key is not an
             output (as for :func:`make_train_step`), or with a strategy, if the model was created
             outside its scope.
@@ -714,6 +528,8 @@ def make_eval_step(
         >>> step = make_eval_step(model, loss=keras.losses.MeanSquaredError())
         >>> float(step(next(iter(data.batch(4))))["loss"])  # (0 - 3) ** 2
         9.0
+
+    Taught in chapter 7, "The companion's fit, and model.fit".
     """
     model = _check_model(model)
     _check_loss(loss)
@@ -920,81 +736,52 @@ def fit(
     """Train ``model`` on ``dataset`` with a custom loop; the counterpart of ``model.fit``.
 
     Each epoch resets the metrics, runs the step of :func:`make_train_step` on every batch, then
-    validates on ``validation_data``. As in ``model.fit``, the compiled function fetches each
-    batch from the dataset's iterator inside the graph and keeps the epoch's totals on the device,
-    so nothing is read back per step; it is traced once and kept on the model: a later call with
-    the same model, optimizer, loss, metrics, ``clip_norm``, strategy and dataset ``element_spec``
-    (and the same trainable variables) reuses it. With the same initial weights, batches, SGD
-    optimizer and loss, the weights it reaches equal those of ``model.compile(...);
-    model.fit(...)`` up to float rounding; with a ``keras.optimizers.LossScaleOptimizer`` under
-    ``mixed_float16``, too (the loss is scaled as in Keras's ``train_step``).
+    validates on ``validation_data``. The compiled function is kept on the model and reused (see
+    the module's docstring). With the same initial weights, batches, SGD optimizer and loss, the
+    weights it reaches equal those of ``model.fit`` up to float rounding (with a
+    ``keras.optimizers.LossScaleOptimizer`` under ``mixed_float16``, too).
 
     Args:
-        model: A ``keras.Model``; one not built yet (no ``Input``) is built for the inputs of
-            ``dataset``'s ``element_spec``, as ``model.fit`` does. Freeze layers with
-            ``layer.trainable = False`` before calling; their weights then stay as they are.
-        dataset: A batched ``tf.data.Dataset`` of ``(inputs, targets)`` pairs, iterated once per
-            epoch in its own order (shuffle it in the pipeline if you want shuffling); finite and
-            not empty.
+        model: A ``keras.Model``; an unbuilt one is built for ``dataset``'s inputs, as
+            ``model.fit`` does. Layers frozen (``layer.trainable = False``) keep their weights.
+        dataset: A batched, finite, non-empty ``tf.data.Dataset`` of ``(inputs, targets)``
+            pairs, iterated once per epoch in its own order (shuffle it in the pipeline).
         optimizer: A Keras optimizer (created under ``strategy.scope()`` with a strategy).
-        loss: ``loss(y_true, y_pred)``: per-example losses, a Keras loss (any reduction), or,
-            without a strategy, any scalar loss (see :func:`make_train_step`); ``model.losses``
-            (regularization penalties) are added.
+        loss: As for :func:`make_train_step` (any scalar loss only without a strategy);
+            ``model.losses`` (regularization penalties) are added.
         epochs: Number of passes over ``dataset`` (from 1 to ``MAX_EPOCHS``, a million).
-        metrics: Keras metrics (or a mapping from output key to metrics), reported per epoch
-            under their names (``key_name`` for a mapping), with a ``val_`` prefix on validation.
-        validation_data: A dataset of ``(inputs, targets)`` pairs evaluated after each epoch
-            (finite, not empty, with finite losses: a NaN or infinite one stops ``fit``).
-        clip_norm: Clip the gradients to this global norm (see :func:`make_train_step`); None: no
-            clipping.
-        strategy: A ``tf.distribute`` strategy (e.g. ``MirroredStrategy``); the datasets are
-            split over its replicas with ``experimental_distribute_dataset``. None: one device.
+        metrics: As for :func:`make_train_step`, reported per epoch under their names
+            (``key_name`` for a mapping), with a ``val_`` prefix on validation.
+        validation_data: Like ``dataset``, evaluated after each epoch (a NaN or inf loss stops).
+        clip_norm, strategy: As for :func:`make_train_step`; the datasets are split over the
+            strategy's replicas with ``experimental_distribute_dataset``.
         log_dir: A directory for TensorBoard (created if missing; not ``""``, not a file): every
             history entry is written there as a scalar per epoch (step = epoch number, from 1).
-            None: no logs.
-        progress: Show a ``keras.utils.Progbar`` per epoch, and one for its validation: a live
-            bar when standard output is a terminal (refreshed every ``READ_INTERVAL`` seconds),
-            one finished line elsewhere (notebooks, logs). False: silent.
-        on_epoch_end: Called as ``on_epoch_end(epoch, logs)`` after each epoch (from 1), with the
-            epoch's entries; use it for your own logging.
-        checkpoint_dir: A folder for checkpoints, so that a job that crashed can be restarted
-            where it stopped. At the start ``fit`` restores the newest checkpoint there, if any:
-            the model, the optimizer, the history and the state of the epoch in progress, and
-            carries on from the step it was saved at (``epochs`` counts the epochs restored; if
-            they are all done, it returns their history). It writes one at the end of every
-            epoch. Under a multi-worker strategy the chief's checkpoints are kept (every worker
-            takes part in a save) and every worker restores from this folder, so it must be one
-            they all see. A resumed run repeats an uninterrupted one (the same weights and
-            losses to the bit, metrics to float rounding on several replicas) only if the
-            datasets yield the same batches each pass (no reshuffling, or a seeded shuffle with
-            ``reshuffle_each_iteration=False``).
+        progress: Show a ``keras.utils.Progbar`` per pass: live in a terminal (refreshed every
+            ``READ_INTERVAL`` seconds), one finished line elsewhere (notebooks). False: silent.
+        on_epoch_end: Called as ``on_epoch_end(epoch, logs)`` after each epoch (from 1).
+        checkpoint_dir: A folder for checkpoints (see the module's docstring), one per epoch's
+            end; ``fit`` first restores the newest there and carries on from its step
+            (``epochs`` counts the epochs restored: all done, it returns their history).
         checkpoint_every: Also write a checkpoint every this many steps within an epoch (needs
             ``checkpoint_dir``), but not after its last step, whose state the epoch's end saves
-            (for a dataset of unknown length ``fit`` cannot tell its last step, and saves it
-            there too); None: at the end of epochs only.
+            (for a dataset of unknown length, there too); None: at the end of epochs only.
 
     Returns:
-        A history dict, from ``"loss"``, each metric's name and their ``val_`` forms to one
-        float per epoch. ``"loss"`` is the mean over the epoch's examples of each batch's loss,
-        as ``model.fit`` reports it.
+        A history dict from ``"loss"``, each metric's name and their ``val_`` forms to one float
+        per epoch (the mean over the epoch's examples, as ``model.fit`` reports it).
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: Before training, if a dataset does not yield ``(inputs, targets)`` pairs, is
-            infinite or empty, or has inputs the model does not take, an argument is out of
-            range (``epochs``, ``clip_norm``, a ``log_dir`` that is ``""`` or a file, the
-            optimizer's learning rate not finite, metrics sharing a name), the model has no
-            trainable variables, or the model or optimizer was created outside
-            ``strategy.scope()``, or ``checkpoint_dir`` holds a checkpoint of another model,
-            optimizer or set of metrics; when tracing, if a metrics key is not an output or a
-            target, or a plain function returns a scalar loss under several replicas; at the end
-            of an epoch, if a dataset of unknown length gave no example.
-        NonFiniteError: (a ``FloatingPointError``) if a training step's loss, the learning rate
-            or (without a loss-scale optimizer) a gradient is NaN or infinite (the model keeps
-            the weights from before that step), if an update made a weight NaN or infinite (the
-            model holds those weights), or if the loss on ``validation_data`` is (the model keeps
-            the epoch's weights); the message names the cause, the epoch and the step. It is
-            raised at the end of that epoch, or sooner, at the loop's next read of the device.
+        ValueError: If a dataset is not finite, non-empty ``(inputs, targets)`` pairs the model
+            takes, an argument is out of range (``log_dir`` ``""`` or a file, a learning rate not
+            finite, metrics sharing a name), the model has no trainable variables or was created
+            outside ``strategy.scope()``, ``checkpoint_dir`` holds another model's checkpoint, or
+            (at an epoch's end) a dataset of unknown length gave no example; as
+            :func:`make_train_step` when tracing.
+        NonFiniteError: If a loss, the learning rate, a gradient (without a loss-scale
+            optimizer) or, after an update, a weight is NaN or infinite: at the end of that epoch
+            or the loop's next read of the device (see :class:`NonFiniteError`).
 
     Example:
         >>> import numpy as np
@@ -1011,6 +798,8 @@ def fit(
         >>> loss, accuracy = history["loss"], history["accuracy"]
         >>> sorted(history), loss[-1] < loss[0], accuracy[-1] > 0.9
         (['accuracy', 'loss'], True, True)
+
+    Taught in chapter 7, "The companion's fit, and model.fit".
     """
     model = _check_model(model)
     _check_optimizer(optimizer)
@@ -1021,139 +810,161 @@ def fit(
     epochs = check_int(epochs, "epochs", minimum=1, maximum=MAX_EPOCHS)
     clip_norm = check_clip_norm(clip_norm)
     progress = check_bool(progress, "progress")
-    log_dir = _check_folder(log_dir, "log_dir", "TensorBoard's files")
-    checkpoint_dir = _check_folder(checkpoint_dir, "checkpoint_dir", "checkpoints")
-    checkpoint_every = _check_checkpoint_every(checkpoint_every, checkpoint_dir)
-    if on_epoch_end is not None:
-        _check_signature(on_epoch_end, "on_epoch_end", "a callable(epoch, logs) or None", (1, {}))
+    log_dir, checkpoint_dir, checkpoint_every = _check_records(
+        log_dir, checkpoint_dir, checkpoint_every, on_epoch_end
+    )
     entries = _metric_entries(metrics)
     strategy = _check_strategy(strategy, model, optimizer)
-    _check_inputs(model, dataset, "dataset", strategy)
-    if validation_data is not None:
-        _check_inputs(model, validation_data, "validation_data", strategy)
+    for data, name in ((dataset, "dataset"), (validation_data, "validation_data")):
+        if data is not None:
+            _check_inputs(model, data, name, strategy)
     variables = _check_trainable(model)
     _check_output_keys(entries, model)
 
-    train_data = _distribute(dataset, strategy)
-    metric_key = tuple((key, id(metric)) for key, metric, _ in entries)
-    train = _cached(
-        model,
-        "train",
-        (
-            id(optimizer),
-            id(loss),
-            metric_key,
-            clip_norm,
-            id(strategy),
-            train_data.element_spec,
-            tuple(id(v) for v in variables),
-        ),
-        (optimizer, loss, entries, strategy, variables),
-        lambda: _epoch_function(_train_step(model, optimizer, loss, entries, clip_norm, strategy)),
-    )
-    if validation_data is not None:
-        validation_steps = _length(validation_data)
-        validation_data = _distribute(validation_data, strategy)
-        evaluate = _cached(
-            model,
-            "eval",
-            (id(loss), metric_key, id(strategy), validation_data.element_spec),
-            (loss, entries, strategy),
-            lambda: _epoch_function(_eval_step(model, loss, entries, strategy)),
-        )
-    steps = _length(dataset)
-    names = ["loss", *(name for _, _, name in entries)]
-    history: dict[str, list[float]] = {}
-    done, start, checkpoint = 0, 0, None
-    if checkpoint_dir is not None:
-        state = [*train[1].values(), *(v for _, metric, _ in entries for v in metric.variables)]
-        checkpoint = TrainingCheckpoint(checkpoint_dir, model, optimizer, strategy, state)
-        restored = checkpoint.restore()
-        if restored is not None:
-            done, start, history, path = restored
-            if progress:
-                print(_resumed(path, done, start))
-    save = (
-        (checkpoint_every, lambda step: checkpoint.save(epoch - 1, step, history))
-        if checkpoint_every is not None
-        else None
-    )
-    writer = tf.summary.create_file_writer(log_dir) if log_dir is not None else None
+    passes = _EpochPasses(model, optimizer, loss, entries, strategy)
+    passes.prepare(dataset, validation_data, clip_norm, variables)
+    checkpoint = _checkpoint(checkpoint_dir, model, optimizer, strategy, passes)
+    hooks = _FitHooks(epochs, progress, log_dir, on_epoch_end, checkpoint, checkpoint_every)
+    done, start = hooks.on_train_begin()
     try:
         for epoch in range(done + 1, epochs + 1):
-            if progress:
-                print(f"Epoch {epoch}/{epochs}")
-            bar = _progress_bar(steps, names) if progress else None
-            logs, steps_run = _run_epoch(
-                train,
-                _distribute(dataset.skip(start), strategy) if start else train_data,
-                steps,
-                entries,
-                name="dataset",
-                epoch=epoch,
-                history=history,
-                bar=bar,
-                cause=lambda loss: _training_cause(loss, model, optimizer),
-                start=start,
-                save=save,
-            )
+            hooks.on_epoch_begin(epoch)
+            logs = passes.train(epoch, start, hooks)
             start = 0
-            _finish(bar, steps_run, logs)
-            if validation_data is not None:
-                val_names = [f"val_{name}" for name in names]
-                val_bar = _progress_bar(validation_steps, val_names) if progress else None
-                val_logs, val_steps = _run_epoch(
-                    evaluate,
-                    validation_data,
-                    validation_steps,
-                    entries,
-                    epoch=epoch,
-                    name="validation_data",
-                    cause=lambda loss: "val_loss",
-                    history=history,
-                )
-                val_logs = {f"val_{name}": value for name, value in val_logs.items()}
-                _finish(val_bar, val_steps, val_logs)
-                logs.update(val_logs)
-            for name, value in logs.items():
-                history.setdefault(name, []).append(value)
-            if writer is not None:
-                _write_scalars(writer, logs, epoch)
-            if on_epoch_end is not None:
-                on_epoch_end(epoch, dict(logs))
-            if checkpoint is not None:
-                checkpoint.save(epoch, 0, history)
+            logs.update(passes.validate(epoch, hooks))
+            hooks.on_epoch_end(epoch, logs)
     finally:
-        if writer is not None:
-            writer.close()
-    return history
+        hooks.on_train_end()
+    return hooks.history
 
 
-def _check_checkpoint_every(every: Any, checkpoint_dir: str | None) -> int | None:
-    every = check_int(every, "checkpoint_every", minimum=1, allow_none=True)
-    if every is not None and checkpoint_dir is None:
-        raise ValueError(
-            f"checkpoint_every: expected None without a checkpoint_dir, got {every}; pass "
-            f"checkpoint_dir too"
+class _EpochPasses:
+    """What each epoch of :func:`fit` runs: a training pass, then a validation pass (if any).
+
+    Their compiled functions are kept on the model (``_cached``), as ``model.fit`` keeps
+    ``model.train_function``; their progress bars and mid-epoch saves come from ``fit``'s hooks.
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
+        loss: Callable[..., Any],
+        entries: list[MetricEntry],
+        strategy: tf.distribute.Strategy,
+    ) -> None:
+        self.model, self.optimizer, self.loss = model, optimizer, loss
+        self.entries, self.strategy = entries, strategy
+        self.names = ["loss", *(name for _, _, name in entries)]
+        self.metric_key = tuple((key, id(metric)) for key, metric, _ in entries)
+        self.evaluate = None
+
+    def prepare(
+        self,
+        dataset: tf.data.Dataset,
+        validation_data: tf.data.Dataset | None,
+        clip_norm: float | None,
+        variables: list[Any],
+    ) -> None:
+        """Trace (or reuse) the passes' functions for these datasets and variables."""
+        model, optimizer, loss, entries, strategy = (
+            self.model,
+            self.optimizer,
+            self.loss,
+            self.entries,
+            self.strategy,
         )
-    return every
+        self.dataset, self.steps = dataset, _length(dataset)
+        self.train_data = _distribute(dataset, strategy)
+        self.function = _cached(
+            model,
+            "train",
+            (
+                id(optimizer),
+                id(loss),
+                self.metric_key,
+                clip_norm,
+                id(strategy),
+                self.train_data.element_spec,
+                tuple(id(v) for v in variables),
+            ),
+            (optimizer, loss, entries, strategy, variables),
+            lambda: _epoch_function(
+                _train_step(model, optimizer, loss, entries, clip_norm, strategy)
+            ),
+        )
+        if validation_data is not None:
+            self.validation_steps = _length(validation_data)
+            self.validation_data = _distribute(validation_data, strategy)
+            self.evaluate = _cached(
+                model,
+                "eval",
+                (id(loss), self.metric_key, id(strategy), self.validation_data.element_spec),
+                (loss, entries, strategy),
+                lambda: _epoch_function(_eval_step(model, loss, entries, strategy)),
+            )
+
+    def train(self, epoch: int, start: int, hooks: _FitHooks) -> dict[str, float]:
+        """The training pass of ``epoch``, after its first ``start`` steps (a restart)."""
+        bar = hooks.bar(self.steps, self.names)
+        data = _distribute(self.dataset.skip(start), self.strategy) if start else self.train_data
+        logs, steps_run = _run_epoch(
+            self.function,
+            data,
+            self.steps,
+            self.entries,
+            name="dataset",
+            epoch=epoch,
+            history=hooks.history,
+            bar=bar,
+            cause=lambda loss: _training_cause(loss, self.model, self.optimizer),
+            start=start,
+            save=hooks.save_within(epoch),
+        )
+        _finish(bar, steps_run, logs)
+        return logs
+
+    def validate(self, epoch: int, hooks: _FitHooks) -> dict[str, float]:
+        """The validation pass of ``epoch``: its ``val_`` entries (none without validation)."""
+        if self.evaluate is None:
+            return {}
+        bar = hooks.bar(self.validation_steps, [f"val_{name}" for name in self.names])
+        logs, steps_run = _run_epoch(
+            self.evaluate,
+            self.validation_data,
+            self.validation_steps,
+            self.entries,
+            epoch=epoch,
+            name="validation_data",
+            cause=lambda loss: "val_loss",
+            history=hooks.history,
+        )
+        logs = {f"val_{name}": value for name, value in logs.items()}
+        _finish(bar, steps_run, logs)
+        return logs
 
 
-def _resumed(path: str, epochs_done: int, steps_done: int) -> str:
-    """The line ``fit`` prints when it carries on from the checkpoint at ``path``."""
-    where = (
-        f"epoch {epochs_done + 1}, after step {steps_done}"
-        if steps_done
-        else (f"after epoch {epochs_done}")
-    )
-    return f"Resumed from {os.path.basename(path)} ({where})"
+def _checkpoint(
+    checkpoint_dir: str | None,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    strategy: tf.distribute.Strategy,
+    passes: _EpochPasses,
+) -> TrainingCheckpoint | None:
+    """The checkpoint of a ``fit`` in ``checkpoint_dir``: model, optimizer, the epoch's totals
+    and metric variables; None without a folder."""
+    if checkpoint_dir is None:
+        return None
+    totals = passes.function[1].values()
+    state = [*totals, *(v for _, metric, _ in passes.entries for v in metric.variables)]
+    return TrainingCheckpoint(checkpoint_dir, model, optimizer, strategy, state)
 
 
 def _training_cause(loss: float, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> str:
     """Why a training step was bad (read from the device once, after it was)."""
     if not math.isfinite(loss):
         return "loss"
-    if not all(np.isfinite(keras.ops.convert_to_numpy(v)).all() for v in model.trainable_variables):
+    if has_nonfinite([keras.ops.convert_to_numpy(v) for v in model.trainable_variables]):
         return "weights"
     if not math.isfinite(_learning_rate(optimizer)):
         return "learning_rate"
@@ -1164,36 +975,3 @@ def _length(dataset: tf.data.Dataset) -> int | None:
     """The number of batches per pass over ``dataset``; None if unknown (e.g. after ``filter``)."""
     cardinality = int(dataset.cardinality())
     return cardinality if cardinality >= 0 else None
-
-
-#: Marks a summary as a TensorBoard scalar (what ``tf.summary.scalar`` writes, without needing
-#: the ``tensorboard`` package, which ``tf.summary.scalar`` imports and TensorFlow does not
-#: require).
-_SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
-    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars")
-).SerializeToString()
-
-
-def _write_scalars(writer: Any, logs: dict[str, float], epoch: int) -> None:
-    with writer.as_default():
-        for name, value in logs.items():
-            tf.summary.write(
-                name, tf.constant(value, tf.float32), step=epoch, metadata=_SCALAR_METADATA
-            )
-    writer.flush()
-
-
-def _progress_bar(steps: int | None, names: list[str]) -> keras.utils.Progbar:
-    """A Progbar for one pass: live in a terminal, one finished line elsewhere (no ``\\r``).
-
-    Training and validation each get their own line, so that a line stays short: Keras's single
-    line with every metric and its ``val_`` form runs past 88 columns with two metrics."""
-    live = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
-    return keras.utils.Progbar(steps, verbose=1 if live else 2, stateful_metrics=names)
-
-
-def _finish(bar: keras.utils.Progbar | None, steps_run: int, logs: dict[str, float]) -> None:
-    """Complete ``bar`` (if any) with the pass's ``logs``: its one finished line."""
-    if bar is not None:
-        bar.target = bar.target or steps_run  # a dataset of unknown length: now known
-        bar.update(steps_run, list(logs.items()), finalize=True)

@@ -1,5 +1,6 @@
 """companion.fitting: GuardedModel against Keras's own fit and the chapter-7 loop."""
 
+import inspect
 import os
 
 import keras
@@ -7,7 +8,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from companion.fitting import ExpectedCalibrationError, GuardedModel, find_learning_rate
+from companion.fitting import (
+    ExpectedCalibrationError,
+    GuardedModel,
+    LearningRateRange,
+    find_learning_rate,
+)
 from companion.notebook import run_python
 from companion.training import fit
 
@@ -175,6 +181,26 @@ def test_the_functional_form_leaves_the_class_for_subclasses():
     with pytest.raises(TypeError, match=r"^Regularised: expected no inputs and outputs"):
         Regularised(inputs=inputs, outputs=keras.layers.Dense(1)(inputs))
     assert GuardedModel.__bases__ == (keras.Model,)
+
+
+def test_the_functional_init_mirrors_keras_model_init():
+    # GuardedModel's functional form makes keras.Model.__init__'s two calls itself
+    # (fitting._init_functional): if Keras changes that __init__, this fails and says so.
+    source = inspect.getsource(keras.Model.__init__)
+    for call in (
+        "Trainer.__init__(self)",
+        "inject_functional_model_class(self.__class__)",
+        "functional.Functional.__init__(self, *args, **kwargs)",
+    ):
+        assert call in source, (
+            f"keras.Model.__init__ changed ({call} is gone): see _init_functional"
+        )
+    assert keras.Model.__bases__[0].__name__ == "TensorFlowTrainer"
+    inputs = keras.Input((3,))
+    outputs = keras.layers.Dense(1)(inputs)
+    plain, guarded = keras.Model(inputs, outputs), GuardedModel(inputs, outputs)
+    assert set(vars(guarded)) - {"clip_norm", "skipped_steps"} == set(vars(plain))
+    assert type(plain) in type(guarded).__mro__
 
 
 def test_subclass_form_with_add_loss_callbacks_and_evaluate():
@@ -439,3 +465,14 @@ def test_range_test_steps_each_batch_under_steps_per_execution():
     )
     train(model, regression_data(), callbacks=[callback])
     assert len(calls) == 2 and int(model.optimizer.iterations) == 8
+
+
+def test_a_range_made_by_hand_is_checked_and_plot_takes_only_axes():
+    made = LearningRateRange([1e-3, 1e-2], [1.0, float("nan")], 1e-4, True)
+    assert made.losses[1] != made.losses[1]  # NaN: a diverged test records it
+    with pytest.raises(ValueError, match=r"^losses: expected one loss per learning rate \(2\)"):
+        LearningRateRange([1e-3, 1e-2], [1.0], 1e-4, False)
+    with pytest.raises(ValueError, match=r"^learning_rates\[0\]: expected"):
+        LearningRateRange([0.0], [1.0], 1e-4, False)
+    with pytest.raises(TypeError, match=r"^ax: expected a matplotlib Axes or None, got str"):
+        made.plot(ax="axes")

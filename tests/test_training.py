@@ -1327,3 +1327,41 @@ def test_two_replicas_resume_to_the_same_weights_and_history(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["crashed", "True", "True", "True"], result.stdout
+
+
+@pytest.mark.parametrize("returned", ["abc", 3, np.array([1, 2])], ids=["str", "int", "ints"])
+def test_a_loss_that_returns_no_floats_is_refused_when_the_step_is_traced(returned):
+    x, y = np.ones((4, 2), "float32"), np.ones((4, 1), "float32")
+    batch = next(iter(tf.data.Dataset.from_tensor_slices((x, y)).batch(2)))
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    pattern = r"^loss: expected a callable returning float losses, got function .*, which returned"
+    with pytest.raises(TypeError, match=pattern):
+        make_eval_step(model, loss=lambda y, p: returned)(batch)
+    step = make_train_step(model, optimizer=keras.optimizers.SGD(0.1), loss=lambda y, p: returned)
+    with pytest.raises(TypeError, match=pattern):
+        step(batch)
+
+
+def test_an_unbuilt_sequential_is_built_and_trained_as_model_fit_does():
+    # Keras's model.fit builds an unbuilt Sequential from the data and trains it; fit does too
+    # (the probe saw "no weights changed" by comparing the empty weight list before).
+    x = np.random.default_rng(0).normal(size=(32, 2)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((x, x[:, :1] * 3.0)).batch(8)
+    models = []
+    for _ in range(3):
+        keras.utils.set_random_seed(0)
+        models.append(keras.Sequential([keras.layers.Dense(1)]))
+    untrained, ours, theirs = models
+    untrained.build((None, 2))
+    fit(
+        ours,
+        data,
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.MeanSquaredError(),
+        epochs=2,
+        progress=False,
+    )
+    theirs.compile(keras.optimizers.SGD(0.1), keras.losses.MeanSquaredError())
+    theirs.fit(data, epochs=2, verbose=0, shuffle=False)
+    assert ours.built and max_difference(ours, untrained) > 1e-2
+    assert max_difference(ours, theirs) < 1e-5

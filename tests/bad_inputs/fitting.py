@@ -1,15 +1,19 @@
-"""Bad inputs for ``companion.fitting``: the guarded model, the metric and the range test."""
+"""Bad inputs for ``companion.fitting``: the guarded model, the metric, the range test and its
+result."""
+
+import math
 
 import keras
 import numpy as np
 import tensorflow as tf
-from badinput import Array, Case, Instance, Int, Kind, Real
+from badinput import Array, Bool, Case, Instance, Int, Kind, Real, _is_real
 
 from companion.fitting import (
     MAX_BINS,
     MAX_RANGE_STEPS,
     ExpectedCalibrationError,
     GuardedModel,
+    LearningRateRange,
     find_learning_rate,
 )
 
@@ -76,6 +80,41 @@ CASES = [
         },
         names={"min_lr": ("min_lr", "max_lr")},
     ),
+    Case(
+        "LearningRateRange",
+        LearningRateRange,
+        {
+            "learning_rates": [1e-3, 1e-2],
+            "losses": [1.0, 2.0],
+            "suggestion": 1e-4,
+            "diverged": False,
+        },
+        {
+            "learning_rates": Kind(
+                "a list of 2 learning rates > 0",
+                lambda v: (
+                    isinstance(v, (list, tuple))
+                    and len(v) == 2
+                    and all(Real(above=0).accepts(x) for x in v)
+                ),
+                extra_bad=([0.0, 1e-2], [1e-3, math.nan], ["a", 1e-2], [1e-3]),
+            ),
+            "losses": Kind(
+                "a list of 2 losses",
+                lambda v: (
+                    isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_real(x) for x in v)
+                ),
+                extra_bad=([1.0], [1.0, "a"], [1.0, 2.0, 3.0]),
+            ),
+            "suggestion": Real(above=0),
+            "diverged": Bool(),
+        },
+        names={"learning_rates": ("learning_rates", "losses")},
+    ),
+    Case(
+        "LearningRateRange.plot",
+        lambda ax: LearningRateRange([1e-3, 1e-2], [1.0, 2.0], 1e-4, False).plot(ax),
+        {"ax": None},
+        {"ax": Kind("a matplotlib Axes or None", lambda v: v is None)},
+    ),
 ]
-
-EXEMPT = {"LearningRateRange": "the result of find_learning_rate, built by it (a dataclass)"}

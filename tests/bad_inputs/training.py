@@ -76,6 +76,19 @@ OPTIMIZER = Kind(
 LOSS = Kind("a callable loss(y_true, y_pred)", callable, extra_bad=(lambda y: y, lambda: 0.0))
 
 
+#: A loss the step calls: one returning a str or an int is refused when the step is traced.
+RETURNED_LOSS = Kind(
+    "a callable loss(y_true, y_pred) returning float losses",
+    lambda v: isinstance(v, keras.losses.Loss),
+    extra_bad=(lambda y, p: "abc", lambda y, p: 3),
+)
+
+
+def _evaluate_once(loss):
+    """``make_eval_step(..., loss=loss)`` called on one batch (the loss runs when it is traced)."""
+    return make_eval_step(tiny_model(), loss=loss)(next(iter(pairs())))
+
+
 def _is_metric_list(value):
     return isinstance(value, (list, tuple)) and all(
         isinstance(m, keras.metrics.Metric) for m in value
@@ -250,6 +263,12 @@ CASES = [
             "strategy": STRATEGY,
             "element_spec": ELEMENT_SPEC,
         },
+    ),
+    Case(
+        "make_eval_step.step",
+        _evaluate_once,
+        {"loss": keras.losses.MeanSquaredError()},
+        {"loss": RETURNED_LOSS},
     ),
     Case(
         "NonFiniteError",
