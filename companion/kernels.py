@@ -78,6 +78,8 @@ def load_blur_op() -> Any:
         >>> op = load_blur_op()
         >>> op.gaussian_blur(tf.ones([1, 4, 4, 1]), tf.constant([0.25, 0.5, 0.25])).shape
         TensorShape([1, 4, 4, 1])
+
+    Taught in chapter 13, "load_blur_op and cpp_blur: the tested version".
     """
     library = build_blur_op()
     try:
@@ -212,6 +214,8 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
         TensorShape([1, 8, 8, 3])
         >>> cpp_blur(np.ones((8, 8, 3), np.float16)).dtype
         tf.float16
+
+    Taught in chapter 13, "load_blur_op and cpp_blur: the tested version".
     """
     ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
     images = _images_tensor(images, "images", ksize)
@@ -256,6 +260,8 @@ class CppGaussianBlur(GaussianBlur):
         >>> layer = CppGaussianBlur(ksize=3)
         >>> layer(np.ones((2, 8, 8, 3), np.float32)).shape, layer.supports_jit
         (TensorShape([2, 8, 8, 3]), False)
+
+    Taught in chapter 13, "load_blur_op and cpp_blur: the tested version".
     """
 
     def __init__(self, ksize: int = 5, sigma: float = 0.0, **kwargs: Any) -> None:

@@ -49,11 +49,17 @@ LIBRARY, MANIFEST = "blur_op.so", "manifest.json"
 
 class BuildError(RuntimeError):
     """The op library could not be built: no compiler, no TensorFlow headers, a compile error, or a
-    cache folder that cannot hold the build."""
+    cache folder that cannot hold the build.
+
+    Taught in chapter 13, "The build cache and its manifest".
+    """
 
 
 def cache_root() -> Path:
-    """The folder that holds one subfolder per build key (see the module docstring)."""
+    """The folder that holds one subfolder per build key (see the module docstring).
+
+    Taught in chapter 13, "The build cache and its manifest".
+    """
     if os.environ.get("WHITE_BOX_TF_CACHE"):
         return Path(os.environ["WHITE_BOX_TF_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -61,12 +67,18 @@ def cache_root() -> Path:
 
 
 def compiler() -> str:
-    """The C++ compiler to use: ``$WHITE_BOX_TF_CXX``, else ``g++``."""
+    """The C++ compiler to use: ``$WHITE_BOX_TF_CXX``, else ``g++``.
+
+    Taught in chapter 13, "Building it: the compiler command".
+    """
     return os.environ.get("WHITE_BOX_TF_CXX") or "g++"
 
 
 def tensorflow_flags() -> tuple[list[str], list[str]]:
-    """TensorFlow's compile flags (include folder, ABI, C++ standard) and link flags."""
+    """TensorFlow's compile flags (include folder, ABI, C++ standard) and link flags.
+
+    Taught in chapter 13, "Building it: the compiler command".
+    """
     return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
 
 
@@ -92,6 +104,8 @@ def build_command(source: Path | str, output: Path | str, cxx: str | None = None
     Example:
         >>> build_command("blur_op.cc", "blur_op.so", "g++")[:7]
         ['g++', '-std=c++17', '-shared', '-fPIC', '-O3', '-Wall', '-Wextra']
+
+    Taught in chapter 13, "Building it: the compiler command".
     """
     source, output, cxx = (
         check_path(source, "source"),
@@ -181,6 +195,8 @@ def build_key(cxx: str | None = None) -> str:
     Raises:
         TypeError, ValueError: If ``cxx`` is not a non-empty str or None.
         BuildError: If the compiler cannot be run (its version is part of the key).
+
+    Taught in chapter 13, "The build cache and its manifest".
     """
     return _key(_identity(_checked_compiler(cxx)))
 
@@ -288,6 +304,8 @@ def build_blur_op(*, cache_dir: Path | str | None = None, cxx: str | None = None
     Example:
         >>> build_blur_op().name
         'blur_op.so'
+
+    Taught in chapter 13, "The build cache and its manifest".
     """
     cxx = _checked_compiler(cxx)
     root = cache_root() if cache_dir is None else check_path(cache_dir, "cache_dir").expanduser()
@@ -348,6 +366,8 @@ def source_section(name: str) -> str:
     Example:
         >>> 'REGISTER_OP("GaussianBlur")' in source_section("registration")
         True
+
+    Taught in chapter 13, "The anatomy of an op".
     """
     sections = re.split(r"^// ==== (.+?) ====\n", SOURCE.read_text(), flags=re.MULTILINE)
     found = dict(zip(sections[1::2], sections[2::2]))
@@ -360,6 +380,8 @@ def main() -> int:
 
     Returns:
         The exit status, 0, or 1 after printing why the build failed (no traceback).
+
+    Taught in chapter 13, "The build cache and its manifest".
     """
     started, start = time.time(), time.perf_counter()
     try:
