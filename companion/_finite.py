@@ -14,6 +14,14 @@ from typing import Any
 import numpy as np
 
 
+def _is_floating(dtype: Any) -> bool:
+    """True for a floating dtype: NumPy's, TensorFlow's or its name (bfloat16 included, which
+    NumPy does not count as floating)."""
+    import tensorflow as tf
+
+    return tf.as_dtype(getattr(dtype, "name", dtype)).is_floating
+
+
 def _float_leaves(structure: Any) -> list[Any]:
     import tensorflow as tf
 
@@ -24,9 +32,7 @@ def _float_leaves(structure: Any) -> list[Any]:
         dtype = getattr(leaf, "dtype", None)
         if dtype is None and isinstance(leaf, (int, float)):
             leaves.append(float(leaf))
-        elif dtype is not None and np.issubdtype(
-            np.dtype(getattr(dtype, "name", dtype)), np.floating
-        ):
+        elif dtype is not None and _is_floating(dtype):
             leaves.append(leaf)
     return leaves
 
@@ -37,7 +43,7 @@ def has_nonfinite(structure: Any) -> bool:
         if isinstance(leaf, float):
             if not math.isfinite(leaf):
                 return True
-        elif not np.isfinite(np.asarray(leaf)).all():
+        elif not np.isfinite(np.asarray(leaf, dtype="float64")).all():
             return True
     return False
 

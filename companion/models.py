@@ -434,8 +434,9 @@ def copy_weights(source: keras.Model, target: keras.Model) -> list[str]:
 
     Raises:
         TypeError: If either argument is not a ``keras.Model``.
-        ValueError: If either model is not built, or a layer of ``source`` that has weights is
-            missing from ``target`` or holds weights of other shapes.
+        ValueError: If either model is not built, if a layer of ``source`` that has weights is
+            missing from ``target`` (the error names ``source``), or if ``target``'s layer of
+            that name holds weights of other shapes (it names ``target``).
 
     Example:
         >>> functional = functional_multimodal((16, 16, 3), meta_dim=4, num_classes=3)
@@ -461,10 +462,15 @@ def copy_weights(source: keras.Model, target: keras.Model) -> list[str]:
             continue
         twin = target_layers.get(layer.name)
         shapes = [tuple(w.shape) for w in layer.weights]
-        if twin is None or [tuple(w.shape) for w in twin.weights] != shapes:
+        if twin is None:  # the source has a layer too many
+            raise ValueError(
+                f"source: expected only layers that target has too, got a layer {layer.name!r} "
+                f"(weights of shapes {shapes}) that target lacks"
+            )
+        if [tuple(w.shape) for w in twin.weights] != shapes:
             raise ValueError(
                 f"target: expected a layer {layer.name!r} with weights of shapes {shapes}, got "
-                + ("no such layer" if twin is None else str([tuple(w.shape) for w in twin.weights]))
+                f"{[tuple(w.shape) for w in twin.weights]}"
             )
         twin.set_weights(layer.get_weights())
         copied.append(layer.name)

@@ -267,6 +267,22 @@ def test_copy_weights_rejects_mismatched_models():
         copy_weights(functional, keras.layers.Dense(2))
 
 
+def test_copy_weights_names_source_when_the_source_has_a_layer_the_target_lacks():
+    # Used to name target: a source with an extra layer is the source's fault.
+    functional, subclass = _pair()
+    extra = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="extra")])
+    with pytest.raises(ValueError, match=r"^source: expected only layers that target has too"):
+        copy_weights(extra, subclass)
+    with pytest.raises(ValueError, match=r"^target: expected a layer 'fusion'"):
+        copy_weights(functional, _narrower())
+
+
+def _narrower():
+    narrower = MultiModalModel(6, fused_units=48)
+    narrower.build(SHAPES)
+    return narrower
+
+
 # ---------------------------------------------------------------- issue 16
 
 
