@@ -17,8 +17,9 @@ import companion
 
 PACKAGE = Path(companion.__file__).parent
 CHECKS = {"_checks"}
-HELPERS = CHECKS | {"_finite", "notebook", "devices", "data", "timing", "cluster", "_training_state"}
-HELPERS |= {"_kernels", "_training_checks"}  # chapter 13's build system; training's checks
+HELPERS = CHECKS | {"_finite", "notebook", "devices", "data", "timing", "cluster"}
+HELPERS |= {"_training_state", "_training_checks"}  # training's records, hooks and checks
+HELPERS |= {"_kernels"}  # chapter 13's build system
 EARLY_CHAPTERS = {"introspection", "ops", "pyfunc", "tflite", "layers", "gradients"}  # chapters 1-5
 MIDDLE_CHAPTERS = {"models", "training", "fitting", "optimizers"}  # chapters 6-9
 CHAPTERS = EARLY_CHAPTERS | MIDDLE_CHAPTERS | {"diagnostics", "kernels"}
