@@ -51,7 +51,7 @@ MIRRORED = """
 from companion.notebook import split_cpu
 split_cpu(2)
 import numpy as np, tensorflow as tf, keras
-import tests.optimizers.optimizer_helpers as t
+import tests.optimizer_helpers as t
 from companion.training import fit
 from companion.optimizers import ClipGlobalNorm, TransformGradients
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
