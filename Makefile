@@ -103,13 +103,15 @@ chromium:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
 # The book is built first: tests/test_pages.py checks the built pages (Colab links, outputs) and
-# tests/test_browser.py how they look in a browser. One pytest run: unit tests (the slow ones
-# too), the docstring examples of the companion, every notebook, the pages.
+# tests/test_browser.py how they look in a browser. Two pytest runs: the unit tests (the slow ones
+# too), the docstring examples of the companion and the pages, test by test as workers free up
+# (worksteal); then every notebook, each whole on one worker (loadfile: its cells share a kernel).
 test: $(INSTALLED) lint check-template kernels book chromium
-	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules $(PYTEST_NOTEBOOK_FLAGS) tests companion book
+	$(BIN)/python -m pytest -n 2 --dist worksteal --doctest-modules tests companion
+	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_NOTEBOOK_FLAGS) book
 
 unit: $(INSTALLED) kernels
-	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules $(UNIT_TESTS) companion
+	$(BIN)/python -m pytest -n 2 --dist worksteal --doctest-modules $(UNIT_TESTS) companion
 
 notebooks: $(INSTALLED) kernels
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_NOTEBOOK_FLAGS) book
@@ -146,7 +148,7 @@ test-colab: $(COLAB_INSTALLED)
 	$(COLAB_BIN)/python tools/check_stack.py $(COLAB_STACK)
 	cd book && ../$(COLAB_BIN)/python -c "import companion; assert 'site-packages' in companion.__file__, companion.__file__"
 	cd book && $(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB_BIN)/python -m companion.kernels)
-	$(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib --doctest-modules $(UNIT_TESTS) --pyargs companion
+	$(COLAB_BIN)/pytest -n 2 --dist worksteal --import-mode=importlib --doctest-modules $(UNIT_TESTS) --pyargs companion
 	$(STAND_IN)=1 $(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib $(PYTEST_NOTEBOOK_FLAGS) book
 
 # `make notebooks-gpu`: every notebook (or NB=...) on Colab's stack under the GPU stand-in.
