@@ -9,7 +9,6 @@ answer raises, into one printed line per check and a ``CheckResult``.
 from __future__ import annotations
 
 import inspect
-import numbers
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,10 +70,6 @@ FUNCTION = Kind(
 )
 CLASS = Kind("a class", lambda answer: isinstance(answer, type))
 MAPPING = Kind("a dict", lambda answer: isinstance(answer, dict))
-NUMBER = Kind(
-    "a real number (an int or a float)",
-    lambda answer: isinstance(answer, numbers.Real) and not isinstance(answer, bool),
-)
 
 
 @dataclass

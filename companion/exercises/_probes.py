@@ -1,5 +1,5 @@
-"""Small experiments that checks of several chapters run on an answer: a ``.keras`` round trip,
-a config through JSON, a gradient against central differences."""
+"""Small experiments that checks of several chapters run on an answer: a ``.keras`` round trip
+and a config through JSON."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import json
 import tempfile
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 
 def custom_objects(*classes: type) -> dict[str, type]:
@@ -35,16 +33,3 @@ def save_and_reload(model: Any, *classes: type) -> Any:
 def config_through_json(layer: Any) -> Any:
     """A new layer of ``layer``'s class, made from its config after a trip through JSON."""
     return type(layer).from_config(json.loads(json.dumps(layer.get_config())))
-
-
-def central_difference(function: Any, x: np.ndarray, delta: float = 1e-3) -> np.ndarray:
-    """The gradient of ``sum(function(x))`` by central differences in float64, entry by entry."""
-    x = np.asarray(x, "float64")
-    gradient = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        step = np.zeros_like(x)
-        step[index] = delta
-        up = np.sum(np.asarray(function(x + step), "float64"))
-        down = np.sum(np.asarray(function(x - step), "float64"))
-        gradient[index] = (up - down) / (2 * delta)
-    return gradient
