@@ -1,11 +1,10 @@
 """What the optimizer tests share: a small model, its data, a trajectory of weights, the
 optimizers every round trip covers, one transform applied once."""
 
-import os
-
 import keras
 import numpy as np
 import tensorflow as tf
+from small_models import regressor, regressor_data
 
 from companion.optimizers import (
     AdamW,
@@ -16,31 +15,11 @@ from companion.optimizers import (
     TransformGradients,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def small_model(seed=0):
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential(
-        [
-            keras.Input((4,)),
-            keras.layers.Dense(8, activation="relu"),
-            keras.layers.LayerNormalization(),
-            keras.layers.Dense(1),
-        ]
-    )
-
-
-def regression_data(n=64, batch=16):
-    x = np.random.default_rng(0).normal(size=(n, 4)).astype("float32")
-    y = (x @ np.array([1.0, -2.0, 0.5, 3.0], "float32"))[:, None]
-    return x, y, tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
-
 
 def trajectory(optimizer, steps=100, seed=0):
     """Weights after each of ``steps`` manual steps (MSE on a fixed batch) with ``optimizer``."""
-    model = small_model(seed)
-    x, y, _ = regression_data()
+    model = regressor(seed)
+    x, y, _ = regressor_data()
     optimizer.build(model.trainable_variables)
 
     @tf.function
@@ -56,10 +35,6 @@ def trajectory(optimizer, steps=100, seed=0):
         step()
         path.append(np.concatenate([w.ravel() for w in model.get_weights()]))
     return np.array(path)
-
-
-def max_difference(a, b):
-    return max(float(np.max(np.abs(p - q))) for p, q in zip(a.get_weights(), b.get_weights()))
 
 
 def make_optimizers():
@@ -99,8 +74,8 @@ F32_MAX = float(np.finfo("float32").max)
 
 
 def fitted(optimizer, epochs=2):
-    _, _, data = regression_data()
-    model = small_model()
+    _, _, data = regressor_data()
+    model = regressor()
     model.compile(optimizer, "mse")
     model.fit(data, epochs=epochs, verbose=0, shuffle=False)
     return model

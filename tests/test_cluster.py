@@ -1,13 +1,13 @@
 """companion.cluster: workers on 127.0.0.1, what they leave, and nothing left behind."""
 
 import json
-import os
 import re
 import time
 
 import keras
 import numpy as np
 import pytest
+from small_models import dense
 
 from companion.cluster import WorkerError, WorkerResult, run_workers, variables_digest
 
@@ -85,8 +85,7 @@ def test_the_timeout_kills_every_worker(tmp_path):
 
 
 def test_digest_is_the_same_for_the_same_bits_only():
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model = dense(3, 2, seed=0)
     copy = keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
     assert variables_digest(model) == variables_digest(copy)
@@ -127,9 +126,7 @@ print(strategy.num_replicas_in_sync, variables_digest(model))
 
 @pytest.mark.slow
 def test_two_workers_of_multi_worker_mirrored_strategy_end_with_the_same_weights():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    results = run_workers(MULTI_WORKER, 2, env=env, timeout=240)
+    results = run_workers(MULTI_WORKER, 2, timeout=240)
     lines = [r.stdout.split() for r in results]
     assert lines[0][0] == lines[1][0] == "2"  # one replica per worker, two in sync
     assert lines[0][1] == lines[1][1], json.dumps([r.stderr[-500:] for r in results])
@@ -169,12 +166,9 @@ print("digest", variables_digest(model))
 def test_a_worker_killed_mid_epoch_and_the_job_restarted_ends_where_an_unbroken_job_does(
     tmp_path,
 ):
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-
     def job(folder, kill_at=0):
         settings = {"CHECKPOINTS": str(tmp_path / folder), "KILL_AT": str(kill_at)}
-        return run_workers(RESUMABLE, 2, env=env | settings, timeout=240)
+        return run_workers(RESUMABLE, 2, env=settings, timeout=240)
 
     def digests(results):
         return {line for r in results for line in r.stdout.splitlines() if "digest" in line}

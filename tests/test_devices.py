@@ -5,10 +5,10 @@ The stand-in changes the whole process, so each test of it runs in a fresh Pytho
 
 import json
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from small_models import dense
 
 from companion.devices import (
     STAND_IN_VARIABLE,
@@ -20,10 +20,6 @@ from companion.devices import (
 from companion.notebook import run_python
 
 
-def small_model():
-    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="relu")])
-
-
 def test_this_machine_lists_no_gpu_and_no_stand_in_is_active():
     # the tests below assume a CPU-only machine: on a GPU they would not show the stand-in
     assert not tf.config.list_physical_devices("GPU")
@@ -31,7 +27,7 @@ def test_this_machine_lists_no_gpu_and_no_stand_in_is_active():
 
 
 def test_simulated_cpu_only_hides_a_gpu_from_compile():
-    model = small_model()
+    model = dense(3, 2, activation="relu")
     with simulated_gpu():
         model.compile(optimizer="sgd", loss="mse")
         assert model.jit_compile is True

@@ -1,12 +1,12 @@
 """companion.fitting: GuardedModel against Keras's own fit and the chapter-7 loop."""
 
 import inspect
-import os
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from small_models import CHILD_ENV, max_difference
 
 from companion.fitting import (
     ExpectedCalibrationError,
@@ -17,7 +17,6 @@ from companion.fitting import (
 from companion.notebook import run_python
 from companion.training import fit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAN_BATCH = 3
 
 
@@ -45,10 +44,6 @@ def functional(cls=GuardedModel, **kwargs):
 def train(model, dataset, epochs=1, **kwargs):
     """``model.fit`` quietly, in the dataset's order; returns the history's logs."""
     return model.fit(dataset, epochs=epochs, verbose=0, shuffle=False, **kwargs).history
-
-
-def max_difference(a, b):
-    return max(float(np.max(np.abs(u - v))) for u, v in zip(a.get_weights(), b.get_weights()))
 
 
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
@@ -285,7 +280,7 @@ MIRRORED = """
 from companion.notebook import split_cpu
 split_cpu(2)
 import keras, numpy as np, tensorflow as tf
-import tests.test_fitting as t
+import test_fitting as t
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
     two = t.functional(clip_norm=0.5)
@@ -310,8 +305,7 @@ print(np.array_equal(kernel[0].numpy(), kernel[1].numpy()), t.max_difference(one
 
 @pytest.mark.slow
 def test_two_replicas_agree_skip_together_match_one_device_and_score_alike():
-    env = {"PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    result = run_python(MIRRORED, env=env)
+    result = run_python(MIRRORED, env=CHILD_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-2:] == ["True", "True True [1.0, 1.0]"]
 

@@ -6,38 +6,20 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from small_models import (
+    CHILD_ENV,
+    IMAGE,
+    META,
+    dense,
+    max_difference,
+    one_weight,
+    shapes_dataset,
+    two_input_classifier,
+)
 
 from companion import training
 from companion.data import NUM_CLASSES, make_shapes
 from companion.training import NonFiniteError, fit, make_eval_step, make_train_step
-
-IMAGE, META = 16, 4
-
-
-def shapes_dataset(n, batch=32, seed=0):
-    (images, meta), labels = make_shapes(n, image_size=IMAGE, meta_dim=META, seed=seed)
-    return tf.data.Dataset.from_tensor_slices(((images, meta), labels)).batch(batch)
-
-
-def small_model(seed=1, regularizer=None):
-    """A small two-input classifier (softmax output), fast to trace and train."""
-    keras.utils.set_random_seed(seed)
-    image, meta = keras.Input((IMAGE, IMAGE, 3), name="image"), keras.Input((META,), name="meta")
-    a = keras.layers.Conv2D(8, 3, strides=2, activation="relu", name="conv")(image)
-    a = keras.layers.GlobalAveragePooling2D()(a)
-    b = keras.layers.Dense(
-        16, activation="relu", name="meta_dense", kernel_regularizer=regularizer
-    )(meta)
-    joined = keras.layers.Dense(32, activation="relu", name="joined")(
-        keras.layers.Concatenate()([a, b])
-    )
-    return keras.Model(
-        [image, meta], keras.layers.Dense(NUM_CLASSES, activation="softmax", name="head")(joined)
-    )
-
-
-def max_difference(a, b):
-    return max(float(np.max(np.abs(x - y))) for x, y in zip(a.get_weights(), b.get_weights()))
 
 
 def crossentropy(**kwargs):
@@ -46,7 +28,7 @@ def crossentropy(**kwargs):
 
 def test_fit_lowers_the_loss_and_beats_chance_on_shapes_data():
     train, validation = shapes_dataset(768, seed=0), shapes_dataset(256, seed=1)
-    model = small_model()
+    model = two_input_classifier()
     history = fit(
         model,
         train,
@@ -67,7 +49,7 @@ def test_fit_equals_model_fit_with_sgd():
     # Same initial weights, the same batches in the same order (a dataset: fit never shuffles
     # it), SGD, the same mean-over-batch loss: only float rounding may differ.
     train, validation = shapes_dataset(200, batch=48), shapes_dataset(64, batch=48, seed=1)
-    ours, reference = small_model(), small_model(seed=2)
+    ours, reference = two_input_classifier(), two_input_classifier(seed=2)
     reference.set_weights(ours.get_weights())
     history = fit(
         ours,
@@ -101,7 +83,7 @@ def test_the_step_is_traced_once_not_once_per_epoch():
         return keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
 
     fit(
-        small_model(),
+        two_input_classifier(),
         data,
         optimizer=keras.optimizers.SGD(0.01),
         loss=counting_loss,
@@ -111,7 +93,7 @@ def test_the_step_is_traced_once_not_once_per_epoch():
     assert len(traces) == 1
 
     step = make_train_step(
-        small_model(),
+        two_input_classifier(),
         optimizer=keras.optimizers.SGD(0.01),
         loss=crossentropy(),
         element_spec=data.element_spec,
@@ -121,7 +103,7 @@ def test_the_step_is_traced_once_not_once_per_epoch():
             step(batch)
     assert step.experimental_get_tracing_count() == 1
     unsigned = make_train_step(
-        small_model(), optimizer=keras.optimizers.SGD(0.01), loss=crossentropy()
+        two_input_classifier(), optimizer=keras.optimizers.SGD(0.01), loss=crossentropy()
     )
     for _ in range(3):
         for batch in data:
@@ -145,7 +127,7 @@ def read_scalars(log_dir):
 def test_tensorboard_scalars_are_written_per_epoch(tmp_path):
     data = shapes_dataset(96)
     history = fit(
-        small_model(),
+        two_input_classifier(),
         data,
         optimizer=keras.optimizers.SGD(0.05),
         loss=crossentropy(),
@@ -186,7 +168,7 @@ def test_a_non_finite_loss_stops_naming_epoch_and_step_and_keeps_the_previous_we
 
         return loss
 
-    model, optimizer = small_model(), keras.optimizers.Adam(0.01)
+    model, optimizer = two_input_classifier(), keras.optimizers.Adam(0.01)
     with pytest.raises(
         NonFiniteError, match=r"^loss is nan at epoch 2, step 2: training stopped"
     ) as info:
@@ -203,7 +185,7 @@ def test_a_non_finite_loss_stops_naming_epoch_and_step_and_keeps_the_previous_we
     assert (info.value.epoch, info.value.step) == (2, 2) and len(info.value.history["loss"]) == 1
     assert int(optimizer.iterations) == 5  # the bad step was not applied
 
-    reference, reference_optimizer = small_model(), keras.optimizers.Adam(0.01)
+    reference, reference_optimizer = two_input_classifier(), keras.optimizers.Adam(0.01)
     step = make_train_step(
         reference,
         optimizer=reference_optimizer,
@@ -233,7 +215,7 @@ def test_a_nan_input_hidden_by_the_loss_still_stops_training():
     (images, meta), labels = make_shapes(96, image_size=IMAGE, meta_dim=META)
     meta[40, 1] = np.nan  # in the second batch of 32
     data = tf.data.Dataset.from_tensor_slices(((images, meta), labels)).batch(32)
-    model = small_model()
+    model = two_input_classifier()
     step = make_train_step(
         model,
         optimizer=keras.optimizers.SGD(0.1),
@@ -248,7 +230,7 @@ def test_a_nan_input_hidden_by_the_loss_still_stops_training():
         NonFiniteError, match=r"^gradients are not finite \(loss [0-9.]+\) at epoch 1, step 2: "
     ):
         fit(
-            small_model(),
+            two_input_classifier(),
             data,
             optimizer=keras.optimizers.SGD(0.1),
             loss=masked_crossentropy,
@@ -331,7 +313,7 @@ def test_bad_input_is_rejected_before_training(change, error, match):
         "triples": tf.data.Dataset.from_tensor_slices(((images, meta), labels, labels)).batch(4),
         "infinite": shapes_dataset(8).repeat(),
     }
-    model = small_model()
+    model = two_input_classifier()
     before = model.get_weights()
     arguments = {
         "dataset": shapes_dataset(8),
@@ -349,7 +331,7 @@ def test_bad_input_is_rejected_before_training(change, error, match):
 
 def test_global_norm_clipping_bounds_the_update():
     data = shapes_dataset(32)
-    model = small_model()
+    model = two_input_classifier()
     before = model.get_weights()
     fit(
         model,
@@ -365,7 +347,7 @@ def test_global_norm_clipping_bounds_the_update():
 
 def test_l2_penalties_from_model_losses_are_added_to_the_loss():
     data = shapes_dataset(32)
-    model = small_model(regularizer=keras.regularizers.L2(0.5))
+    model = two_input_classifier(regularizer=keras.regularizers.L2(0.5))
     penalty = 0.5 * float(np.sum(model.get_layer("meta_dense").kernel.numpy() ** 2))
     ((x, y),) = data
     data_loss = float(crossentropy()(y, model(x)))
@@ -377,7 +359,7 @@ def test_l2_penalties_from_model_losses_are_added_to_the_loss():
 
 
 def test_frozen_layers_keep_their_weights():
-    model = small_model()
+    model = two_input_classifier()
     model.get_layer("conv").trainable = False
     frozen = [w.copy() for w in model.get_layer("conv").get_weights()]
     head = model.get_layer("head").get_weights()[0].copy()
@@ -396,7 +378,7 @@ def test_a_multi_task_loss_trains_two_heads():
     (images, meta), labels = make_shapes(256, image_size=IMAGE, meta_dim=META)
     targets = {"label": labels, "meta_sum": meta.sum(axis=1, keepdims=True)}
     data = tf.data.Dataset.from_tensor_slices(((images, meta), targets)).batch(32)
-    base = small_model()
+    base = two_input_classifier()
     features = base.get_layer("joined").output
     outputs = {
         "label": keras.layers.Dense(NUM_CLASSES, activation="softmax", name="label")(features),
@@ -430,7 +412,7 @@ def test_a_multi_task_loss_trains_two_heads():
 
 def test_progress_prints_clean_lines_per_epoch_off_a_terminal(capsys):
     history = fit(
-        small_model(),
+        two_input_classifier(),
         shapes_dataset(64),
         optimizer=keras.optimizers.SGD(0.1),
         loss=crossentropy(),
@@ -457,7 +439,7 @@ def test_progress_prints_clean_lines_per_epoch_off_a_terminal(capsys):
 def test_on_epoch_end_and_eval_step():
     data = shapes_dataset(64)
     seen = []
-    model = small_model()
+    model = two_input_classifier()
     history = fit(
         model,
         data,
@@ -483,7 +465,7 @@ def test_repeated_fit_calls_reuse_their_traced_functions():
         traces.append(None)  # Python runs only while tracing
         return keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
 
-    model, optimizer = small_model(), keras.optimizers.SGD(0.01)
+    model, optimizer = two_input_classifier(), keras.optimizers.SGD(0.01)
     metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
     kwargs = dict(
         loss=counting_loss,
@@ -530,7 +512,7 @@ def test_an_epoch_of_known_length_reads_the_device_once_at_its_end_not_per_step(
     for batches in (2, 8):
         reads.clear()
         history = fit(
-            small_model(),
+            two_input_classifier(),
             shapes_dataset(16 * batches, batch=16),
             optimizer=keras.optimizers.SGD(0.01),
             loss=crossentropy(),
@@ -566,7 +548,7 @@ def test_fit_builds_a_model_without_input_from_the_dataset():
             optimizer=keras.optimizers.SGD(0.1),
             loss=keras.losses.MeanSquaredError(),
         )
-    frozen = small_model()
+    frozen = two_input_classifier()
     frozen.trainable = False
     with pytest.raises(
         ValueError, match=r"^model: expected trainable variables, got none in Functional"
@@ -590,7 +572,7 @@ def test_a_dataset_of_unknown_length_trains_as_the_same_data_of_known_length():
         progress=False,
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
-    known_model, unknown_model = small_model(), small_model()
+    known_model, unknown_model = two_input_classifier(), two_input_classifier()
     assert fit(known_model, data, **kwargs) == fit(
         unknown_model, unknown, **kwargs | {"optimizer": keras.optimizers.SGD(0.1)}
     )
@@ -601,7 +583,10 @@ def test_a_live_bar_in_a_terminal_reads_the_running_loss(capsys, monkeypatch):
     monkeypatch.setattr(training, "READ_INTERVAL", 0.0)  # read after every step
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     history = fit(
-        small_model(), shapes_dataset(64), optimizer=keras.optimizers.SGD(0.1), loss=crossentropy()
+        two_input_classifier(),
+        shapes_dataset(64),
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=crossentropy(),
     )
     printed = capsys.readouterr().out
     assert printed.startswith("Epoch 1/1\n") and ("\r" in printed or "\x1b" in printed)
@@ -622,12 +607,6 @@ def mixed_float16():
         keras.mixed_precision.set_global_policy(previous)
 
 
-def one_weight_model():
-    return keras.Sequential(
-        [keras.Input((1,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")]
-    )
-
-
 def constant_data(value, steps, targets=None):
     targets = (
         np.zeros((steps, 1), "float32")
@@ -643,7 +622,7 @@ def train_both_ways(data, loss_scale_optimizer):
     """The kernels after ``model.fit`` and the companion's ``fit``, and the latter's optimizer."""
     kernels = {}
     for kind in ["model.fit", "fit"]:
-        model, optimizer = one_weight_model(), loss_scale_optimizer()
+        model, optimizer = one_weight(), loss_scale_optimizer()
         assert (model.layers[0].compute_dtype, model.layers[0].kernel.dtype) == (
             "float16",
             "float32",
@@ -675,7 +654,7 @@ def test_mixed_precision_one_step_equals_model_fit(mixed_float16):
     assert int(optimizer.iterations) == 1
 
     data = shapes_dataset(64)
-    ours, reference = small_model(), small_model(seed=2)
+    ours, reference = two_input_classifier(), two_input_classifier(seed=2)
     reference.set_weights(ours.get_weights())
     history = fit(
         ours,
@@ -704,7 +683,7 @@ def test_an_overflowing_step_is_skipped_by_the_loss_scale_optimizer_and_training
     assert float(optimizer.dynamic_scale) == 2.0**14 and int(optimizer.iterations) == 1
 
     # clipping applies to the unscaled gradients: 0.1 * 0.5 moves by 0.05
-    clipped = one_weight_model()
+    clipped = one_weight()
     fit(
         clipped,
         constant_data(0.5, steps=1),
@@ -719,7 +698,7 @@ def test_an_overflowing_step_is_skipped_by_the_loss_scale_optimizer_and_training
     nan_target = constant_data(0.5, steps=3, targets=[0.0, np.nan, 0.0])
     with pytest.raises(NonFiniteError, match=r"^loss is nan at epoch 1, step 2"):
         fit(
-            one_weight_model(),
+            one_weight(),
             nan_target,
             optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
             loss=keras.losses.MeanSquaredError(),
@@ -731,22 +710,23 @@ MIRRORED = """
 from companion.notebook import split_cpu
 split_cpu(2)
 import numpy as np, tensorflow as tf, keras
-import tests.test_training as t
+import small_models as s
 from companion.training import fit
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-data = t.shapes_dataset(100, batch=24)  # the last batch of 4 splits 2 + 2
-for loss in [t.crossentropy(reduction=None), t.crossentropy()]:  # per example; Keras's mean
+data = s.shapes_dataset(100, batch=24)  # the last batch of 4 splits 2 + 2
+crossentropy = keras.losses.SparseCategoricalCrossentropy
+for loss in [crossentropy(reduction=None), crossentropy()]:  # per example; Keras's mean
     with strategy.scope():
-        model = t.small_model(regularizer=keras.regularizers.L2(1e-3))
+        model = s.two_input_classifier(regularizer=keras.regularizers.L2(1e-3))
         optimizer = keras.optimizers.Adam(0.01)
-    single = t.small_model(seed=3, regularizer=keras.regularizers.L2(1e-3))
+    single = s.two_input_classifier(seed=3, regularizer=keras.regularizers.L2(1e-3))
     single.set_weights(model.get_weights())
     kwargs = dict(loss=loss, epochs=2, clip_norm=1.0, validation_data=data, progress=False)
     history = fit(model, data, optimizer=optimizer, strategy=strategy, **kwargs)
     reference = fit(single, data, optimizer=keras.optimizers.Adam(0.01), **kwargs)
     replicas = [np.max(np.abs(v.value.values[0].numpy() - v.value.values[1].numpy()))
                 for v in model.variables + optimizer.variables]
-    print(len(replicas), max(replicas), t.max_difference(model, single) < 1e-5,
+    print(len(replicas), max(replicas), s.max_difference(model, single) < 1e-5,
           all(np.allclose(history[k], reference[k], rtol=1e-5) for k in ["loss", "val_loss"]))
 
 
@@ -754,7 +734,7 @@ def mean_loss(y_true, y_pred):  # a hand-written mean: not divided by the replic
     return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y_true, y_pred))
 
 
-for bad in [dict(loss=mean_loss), dict(loss=t.crossentropy(), model=single)]:
+for bad in [dict(loss=mean_loss), dict(loss=crossentropy(), model=single)]:
     try:
         fit(bad.pop("model", model), data, optimizer=optimizer, strategy=strategy,
             progress=False, **bad)
@@ -767,10 +747,7 @@ for bad in [dict(loss=mean_loss), dict(loss=t.crossentropy(), model=single)]:
 def test_mirrored_strategy_replicas_agree_and_match_one_device():
     from companion.notebook import run_python
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = run_python(
-        MIRRORED, env={"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    )
+    result = run_python(MIRRORED, env=CHILD_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()[-4:]
     for line in lines[:2]:  # per-example losses, then a Keras loss with its default reduction
@@ -790,11 +767,6 @@ def test_mirrored_strategy_replicas_agree_and_match_one_device():
 
 
 # ------------------------------------------------------- issue 16: bad input, silent results
-
-
-def two_weight_model():
-    keras.utils.set_random_seed(0)
-    return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
 
 
 def regression_data(n=8, batch=4, targets=None):
@@ -828,13 +800,13 @@ def test_an_empty_dataset_is_refused_not_reported_as_loss_zero(argument, length)
     with pytest.raises(
         ValueError, match=rf"^{argument}: expected at least one (batch|example per epoch), got "
     ):
-        fit_regression(two_weight_model(), data["dataset"], validation_data=data["validation_data"])
+        fit_regression(dense(2, seed=0), data["dataset"], validation_data=data["validation_data"])
 
 
 def test_nan_in_the_validation_data_stops_naming_it_not_a_silent_nan_val_loss():
     targets = np.ones(8)
     targets[5] = np.nan  # in the second validation batch of 4
-    model, reference = two_weight_model(), two_weight_model()
+    model, reference = dense(2, seed=0), dense(2, seed=0)
     with pytest.raises(
         NonFiniteError,
         match=r"^val_loss is nan on validation_data at epoch 1, validation step 2: "
@@ -856,20 +828,20 @@ def test_a_nan_learning_rate_is_refused_up_front_and_never_reaches_the_weights()
         match=r"^optimizer: expected a finite learning rate, got SGD with learning_rate nan",
     ):
         make_train_step(
-            two_weight_model(),
+            dense(2, seed=0),
             optimizer=keras.optimizers.SGD(learning_rate=math.nan),
             loss=keras.losses.MeanSquaredError(),
         )
     with pytest.raises(ValueError, match=r"^optimizer: expected a finite learning rate"):
         fit_regression(
-            two_weight_model(),
+            dense(2, seed=0),
             regression_data(),
             optimizer=keras.optimizers.SGD(learning_rate=math.inf),
         )
 
     # A rate that turns NaN later (set on the variable after the step was made): the step skips
     # the update.
-    model, optimizer = two_weight_model(), keras.optimizers.SGD(0.1)
+    model, optimizer = dense(2, seed=0), keras.optimizers.SGD(0.1)
     step = make_train_step(model, optimizer=optimizer, loss=keras.losses.MeanSquaredError())
     before = model.get_weights()
     optimizer.learning_rate.assign(math.nan)
@@ -890,7 +862,7 @@ class NanAfterFirstStep(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def test_a_schedule_turning_nan_stops_fit_before_the_update_with_a_true_message():
-    model, optimizer = two_weight_model(), keras.optimizers.SGD(NanAfterFirstStep())
+    model, optimizer = dense(2, seed=0), keras.optimizers.SGD(NanAfterFirstStep())
     with pytest.raises(
         NonFiniteError,
         match=r"^the learning rate is not finite \(loss [0-9.]+\) at epoch 1, step 2: "
@@ -898,7 +870,7 @@ def test_a_schedule_turning_nan_stops_fit_before_the_update_with_a_true_message(
     ) as info:
         fit_regression(model, regression_data(), optimizer=optimizer)
     assert info.value.cause == "learning_rate" and int(optimizer.iterations) == 1
-    reference = two_weight_model()
+    reference = dense(2, seed=0)
     fit_regression(reference, regression_data().take(1))  # the one good step, with the same rate
     assert max_difference(model, reference) == 0.0
 
@@ -906,7 +878,7 @@ def test_a_schedule_turning_nan_stops_fit_before_the_update_with_a_true_message(
 def test_an_update_that_makes_the_weights_nan_is_noticed_and_fit_says_so():
     # SGD's momentum check lets NaN through (NaN < 0 is False): the first update turns every
     # weight NaN.
-    model = two_weight_model()
+    model = dense(2, seed=0)
     step = make_train_step(
         model,
         optimizer=keras.optimizers.SGD(0.1, momentum=math.nan),
@@ -919,7 +891,7 @@ def test_an_update_that_makes_the_weights_nan_is_noticed_and_fit_says_so():
         and math.isfinite(float(out["loss"]))
     )
 
-    model = two_weight_model()
+    model = dense(2, seed=0)
     with pytest.raises(
         NonFiniteError,
         match=r"^weights are not finite after the update \(loss [0-9.]+\) at epoch 1, "
@@ -942,10 +914,10 @@ def test_a_clip_norm_float32_cannot_hold_is_refused(clip_norm):
         match=r"^clip_norm: expected a finite number (> 0|>= 1.17549e-38)"
         r".* and <= 3.40282e\+38",
     ):
-        fit_regression(two_weight_model(), regression_data(), clip_norm=clip_norm)
+        fit_regression(dense(2, seed=0), regression_data(), clip_norm=clip_norm)
     with pytest.raises(ValueError, match=r"^clip_norm: expected"):
         make_train_step(
-            two_weight_model(),
+            dense(2, seed=0),
             optimizer=keras.optimizers.SGD(0.1),
             loss=keras.losses.MeanSquaredError(),
             clip_norm=clip_norm,
@@ -956,7 +928,7 @@ def test_the_largest_clip_norm_leaves_the_gradients_as_they_are(mixed_float16):
     # Under loss scaling the limit used to be multiplied by the scale (2**15): 3e38 became inf,
     # every gradient NaN, and the loss-scale optimizer skipped every step. Kernel 1, input 0.5:
     # 1 -> 0.95.
-    model = one_weight_model()
+    model = one_weight()
     fit(
         model,
         constant_data(0.5, steps=1),
@@ -971,13 +943,13 @@ def test_the_largest_clip_norm_leaves_the_gradients_as_they_are(mixed_float16):
 def test_a_clip_norm_above_the_gradient_norm_changes_nothing_even_near_the_float32_limit():
     # tf.clip_by_global_norm(g, 3e38) multiplies by 3e38 * (1 / 3e38), and float32 flushes that tiny
     # reciprocal to 0: the gradients used to be zeroed and the weights never moved.
-    clipped, unclipped = two_weight_model(), two_weight_model()
+    clipped, unclipped = dense(2, seed=0), dense(2, seed=0)
     assert fit_regression(clipped, regression_data(), clip_norm=3e38) == fit_regression(
         unclipped, regression_data()
     )
     assert (
         max_difference(clipped, unclipped) == 0.0
-        and max_difference(clipped, two_weight_model()) > 0.01
+        and max_difference(clipped, dense(2, seed=0)) > 0.01
     )
 
 
@@ -985,17 +957,17 @@ def test_an_empty_log_dir_or_a_file_is_refused(tmp_path):
     with pytest.raises(
         ValueError, match=r"^log_dir: expected a non-empty path \(str or os.PathLike\), got str ''"
     ):
-        fit_regression(two_weight_model(), regression_data(), log_dir="")
+        fit_regression(dense(2, seed=0), regression_data(), log_dir="")
     (tmp_path / "a_file").write_text("")
     with pytest.raises(
         ValueError, match=r"^log_dir: expected a folder for TensorBoard's files, got PosixPath"
     ):
-        fit_regression(two_weight_model(), regression_data(), log_dir=tmp_path / "a_file")
+        fit_regression(dense(2, seed=0), regression_data(), log_dir=tmp_path / "a_file")
 
 
 @pytest.mark.parametrize("how", ["model.trainable", "every layer"])
 def test_a_fully_frozen_model_is_refused_before_training(how):
-    model = small_model()
+    model = two_input_classifier()
     for layer in [model] if how == "model.trainable" else model.layers:
         layer.trainable = False
     frozen = (
@@ -1025,7 +997,7 @@ def test_metrics_whose_names_clash_or_whose_keys_are_not_outputs_are_refused():
         ),
     ]:
         with pytest.raises(ValueError, match=match):
-            fit_regression(two_weight_model(), regression_data(), metrics=metrics)
+            fit_regression(dense(2, seed=0), regression_data(), metrics=metrics)
 
 
 def test_clip_by_global_norm_takes_what_a_tape_gives():
@@ -1208,7 +1180,7 @@ def test_mixed_precision_resumes_with_its_loss_scale(tmp_path, mixed_float16):
     data = constant_data(1.0, steps=4, targets=[0.0, 0.2, 0.1, 0.3])
 
     def run(directory, data):
-        model = one_weight_model()
+        model = one_weight()
         optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
         fit(
             model,
@@ -1235,12 +1207,12 @@ def test_checkpoints_of_another_model_or_a_file_are_refused(tmp_path):
     with pytest.raises(
         ValueError, match=r"^checkpoint_dir: expected checkpoints of this model, optimizer and"
     ):
-        fit_regression(two_weight_model(), regression_data(), checkpoint_dir=tmp_path / "other")
+        fit_regression(dense(2, seed=0), regression_data(), checkpoint_dir=tmp_path / "other")
     (tmp_path / "a_file").write_text("")
     with pytest.raises(ValueError, match=r"^checkpoint_dir: expected a folder for checkpoints"):
-        fit_regression(two_weight_model(), regression_data(), checkpoint_dir=tmp_path / "a_file")
+        fit_regression(dense(2, seed=0), regression_data(), checkpoint_dir=tmp_path / "a_file")
     with pytest.raises(ValueError, match=r"^checkpoint_every: expected None without a check"):
-        fit_regression(two_weight_model(), regression_data(), checkpoint_every=2)
+        fit_regression(dense(2, seed=0), regression_data(), checkpoint_every=2)
     assert not (tmp_path / "a_file").read_text()
 
 
@@ -1320,11 +1292,7 @@ def test_two_replicas_resume_to_the_same_weights_and_history(tmp_path):
     # so its later sums may round differently (last bit); weights and loss come back exactly.
     from companion.notebook import run_python
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = run_python(
-        MIRRORED_RESUME,
-        env={"PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])},
-    )
+    result = run_python(MIRRORED_RESUME)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["crashed", "True", "True", "True"], result.stdout
 
@@ -1333,7 +1301,7 @@ def test_two_replicas_resume_to_the_same_weights_and_history(tmp_path):
 def test_a_loss_that_returns_no_floats_is_refused_when_the_step_is_traced(returned):
     x, y = np.ones((4, 2), "float32"), np.ones((4, 1), "float32")
     batch = next(iter(tf.data.Dataset.from_tensor_slices((x, y)).batch(2)))
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model = dense(2)
     pattern = r"^loss: expected a callable returning float losses, got function .*, which returned"
     with pytest.raises(TypeError, match=pattern):
         make_eval_step(model, loss=lambda y, p: returned)(batch)

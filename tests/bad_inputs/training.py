@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from badinput import Bool, Case, Instance, Int, Kind, Real, Str, _is_real
+from small_models import dense
 
 from companion.training import (
     MAX_EPOCHS,
@@ -30,14 +31,8 @@ def pairs(x=X, y=Y):
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(2)
 
 
-def tiny_model():
-    """Functional, as chapter 7's model: Keras knows its outputs before a call."""
-    inputs = keras.Input((2,))
-    return keras.Model(inputs, keras.layers.Dense(1)(inputs))
-
-
 def frozen_model():
-    model = tiny_model()
+    model = dense(2, functional=True)
     model.trainable = False
     return model
 
@@ -86,7 +81,7 @@ RETURNED_LOSS = Kind(
 
 def _evaluate_once(loss):
     """``make_eval_step(..., loss=loss)`` called on one batch (the loss runs when it is traced)."""
-    return make_eval_step(tiny_model(), loss=loss)(next(iter(pairs())))
+    return make_eval_step(dense(2, functional=True), loss=loss)(next(iter(pairs())))
 
 
 def _is_metric_list(value):
@@ -130,7 +125,7 @@ ELEMENT_SPEC = Kind(
 
 def fit_arguments():
     return {
-        "model": tiny_model(),
+        "model": dense(2, functional=True),
         "dataset": pairs(),
         "optimizer": keras.optimizers.SGD(0.1),
         "loss": keras.losses.MeanSquaredError(),
@@ -149,7 +144,7 @@ def fit_arguments():
 
 def step_arguments():
     return {
-        "model": tiny_model(),
+        "model": dense(2, functional=True),
         "optimizer": keras.optimizers.SGD(0.1),
         "loss": keras.losses.MeanSquaredError(),
         "metrics": [],
@@ -161,7 +156,7 @@ def step_arguments():
 
 def eval_arguments():
     return {
-        "model": tiny_model(),
+        "model": dense(2, functional=True),
         "loss": keras.losses.MeanSquaredError(),
         "metrics": [],
         "strategy": None,

@@ -5,14 +5,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from optimizer_helpers import (
-    fitted,
-    make_optimizers,
-    max_difference,
-    regression_data,
-    small_model,
-    trajectory,
-)
+from optimizer_helpers import fitted, make_optimizers, trajectory
+from small_models import max_difference, regressor, regressor_data
 
 from companion.optimizers import (
     AdamW,
@@ -105,7 +99,7 @@ def test_keras_published_golden_values():
 
 
 def test_default_exclusion_leaves_biases_and_norms_undecayed():
-    model = small_model()
+    model = regressor()
     for variable in model.trainable_variables:
         variable.assign(keras.ops.ones_like(variable))
     optimizer = AdamW(0.1, weight_decay=0.5)
@@ -181,12 +175,12 @@ def test_config_round_trip_and_registration():
 
 
 def test_compile_fit_and_the_companion_custom_loop_train():
-    x, y, data = regression_data(128)
-    model = small_model()
+    x, y, data = regressor_data(128)
+    model = regressor()
     model.compile(AdamW(0.02), "mse")
     history = model.fit(data, epochs=4, verbose=0, shuffle=False).history["loss"]
     custom = fit(
-        small_model(),
+        regressor(),
         data,
         optimizer=AdamW(0.02),
         loss=keras.losses.MeanSquaredError(),
@@ -201,8 +195,8 @@ def test_mixed_float16_keeps_float32_slots_and_trains():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_float16")
     try:
-        x, y, data = regression_data()
-        model = small_model()
+        x, y, data = regressor_data()
+        model = regressor()
         model.compile(AdamW(0.02), "mse")
         history = model.fit(data, epochs=3, verbose=0, shuffle=False).history["loss"]
     finally:
@@ -218,8 +212,8 @@ def test_mixed_float16_keeps_float32_slots_and_trains():
 @pytest.mark.parametrize("name", list(make_optimizers()))
 def test_keras_file_and_checkpoint_round_trips_continue_identically(name, tmp_path):
     make = make_optimizers()[name]
-    x, y, data = regression_data()
-    model = small_model()
+    x, y, data = regressor_data()
+    model = regressor()
     model.compile(make(), "mse")
     model.fit(data, epochs=1, verbose=0, shuffle=False)
     model.save(tmp_path / "model.keras")
@@ -227,7 +221,7 @@ def test_keras_file_and_checkpoint_round_trips_continue_identically(name, tmp_pa
 
     loaded = keras.saving.load_model(tmp_path / "model.keras")
     assert type(loaded.optimizer) is type(model.optimizer)
-    restored = small_model(seed=1)
+    restored = regressor(seed=1)
     restored.compile(make(), "mse")
     restored.optimizer.build(restored.trainable_variables)
     tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).read(path).assert_consumed()
@@ -293,8 +287,8 @@ class NanAfterOneStep(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def test_a_schedule_returning_nan_stops_fit_with_a_clear_error_and_finite_weights():
-    x, y, data = regression_data()
-    model = small_model()
+    x, y, data = regressor_data()
+    model = regressor()
     model.compile(AdamW(NanAfterOneStep()), "mse")
     with pytest.raises(
         tf.errors.InvalidArgumentError, match="learning_rate: expected a finite number"
@@ -304,8 +298,8 @@ def test_a_schedule_returning_nan_stops_fit_with_a_clear_error_and_finite_weight
 
 
 def test_a_nan_learning_rate_skips_the_step_where_errors_cannot_be_raised_xla():
-    x, y, data = regression_data()
-    model = small_model()
+    x, y, data = regressor_data()
+    model = regressor()
     optimizer = AdamW(0.01)
     model.compile(optimizer, "mse", jit_compile=True)
     model.fit(data.take(1), epochs=1, verbose=0, shuffle=False)

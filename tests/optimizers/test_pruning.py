@@ -4,10 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from optimizer_helpers import (
-    regression_data,
-    small_model,
-)
+from small_models import regressor, regressor_data
 
 from companion.optimizers import (
     MagnitudePruning,
@@ -17,8 +14,8 @@ from companion.optimizers import (
 
 
 def test_pruning_reaches_the_target_with_exact_zeros_that_stay_zero():
-    x, y, data = regression_data(256, batch=16)
-    model = small_model()
+    x, y, data = regressor_data(256, batch=16)
+    model = regressor()
     model.compile(keras.optimizers.Adam(0.01), "mse")
     pruning = MagnitudePruning(0.6, begin_step=2, end_step=20, frequency=4)
 
@@ -112,7 +109,7 @@ def test_sparsity_refuses_what_is_not_weights(value, error):
 
 
 def test_sparsity_of_a_variable_an_array_a_layer_and_a_model():
-    model = small_model()
+    model = regressor()
     kernel = model.layers[0].kernel
     kernel.assign(np.zeros(kernel.shape, "float32"))
     assert sparsity(kernel) == 1.0 and sparsity(np.array([0.0, 1.0, 2.0, 0.0])) == 0.5
@@ -190,7 +187,7 @@ def test_magnitude_pruning_names_begin_step_when_only_it_passes_the_default_end_
 def test_sparsity_refuses_non_finite_weights(value):
     with pytest.raises(ValueError, match=r"^variables: expected weights that are all finite, got"):
         sparsity(value)
-    model = small_model()
+    model = regressor()
     model.layers[0].kernel.assign(np.full(model.layers[0].kernel.shape, np.nan, "float32"))
     with pytest.raises(ValueError, match=r"^variables: expected weights that are all finite"):
         sparsity(model)

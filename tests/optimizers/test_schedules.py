@@ -1,18 +1,12 @@
 """companion.optimizers._schedules: WarmupCosine against Keras's CosineDecay, saved and resumed."""
 
 import json
-import os
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from optimizer_helpers import (
-    ROOT,
-    max_difference,
-    regression_data,
-    small_model,
-)
+from small_models import max_difference, regressor, regressor_data
 
 from companion.optimizers import (
     AdamW,
@@ -88,16 +82,13 @@ print(repr(float(optimizer.learning_rate)), repr(float(optimizer._learning_rate(
 def test_warmup_cosine_in_a_keras_file_gives_the_same_rate_in_a_fresh_process(tmp_path):
     from companion.notebook import run_python
 
-    x, y, data = regression_data()
-    model = small_model()
+    x, y, data = regressor_data()
+    model = regressor()
     model.compile(AdamW(WarmupCosine(0.01, 3, 10, alpha=0.1)), "mse")
     model.fit(data, epochs=1, verbose=0, shuffle=False)  # 4 steps: into the decay
     path = tmp_path / "model.keras"
     model.save(path)
-    result = run_python(
-        FRESH_SCHEDULE.format(path=str(path)),
-        env={"PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])},
-    )
+    result = run_python(FRESH_SCHEDULE.format(path=str(path)))
     assert result.returncode == 0, result.stderr[-3000:]
     kind, rate = result.stdout.splitlines()[-2:]
     assert kind == "WarmupCosine 4"
@@ -108,10 +99,10 @@ def test_warmup_cosine_in_a_keras_file_gives_the_same_rate_in_a_fresh_process(tm
 def checkpoint_run(tmp_path, steps, stop=None):
     """Weights after ``steps`` steps of AdamW(WarmupCosine); with ``stop``, the run is saved at
     step ``stop`` and continued by a new model and optimizer restored from the checkpoint."""
-    x, y, _ = regression_data()
+    x, y, _ = regressor_data()
 
     def new():
-        model = small_model(seed=1)
+        model = regressor(seed=1)
         optimizer = AdamW(WarmupCosine(0.02, 4, 12, alpha=0.05))
         optimizer.build(model.trainable_variables)
         return model, optimizer
@@ -124,7 +115,7 @@ def checkpoint_run(tmp_path, steps, stop=None):
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
     model, optimizer = new()
-    model.set_weights(small_model().get_weights())
+    model.set_weights(regressor().get_weights())
     if stop is None:
         train(model, optimizer, steps)
         return model
@@ -141,7 +132,7 @@ def test_resuming_a_warmup_cosine_run_from_a_checkpoint_continues_exactly(tmp_pa
     whole = checkpoint_run(tmp_path, 20)
     for stop in (2, 9):  # inside the warmup, inside the decay
         assert max_difference(whole, checkpoint_run(tmp_path / str(stop), 20, stop)) == 0.0
-    assert max_difference(whole, small_model()) > 0.01  # it trained
+    assert max_difference(whole, regressor()) > 0.01  # it trained
 
 
 def test_per_layer_rates_follow_the_schedule_exactly():
@@ -152,7 +143,7 @@ def test_per_layer_rates_follow_the_schedule_exactly():
     model = keras.Sequential(
         [keras.Input((4,)), keras.layers.Dense(3, name="body"), keras.layers.Dense(1, name="head")]
     )
-    x, y, _ = regression_data()
+    x, y, _ = regressor_data()
     for t in range(12):
         with tf.GradientTape() as tape:
             loss = keras.losses.MeanSquaredError()(y, model(x))

@@ -3,10 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from optimizer_helpers import (
-    F32_MAX,
-    apply_once,
-)
+from optimizer_helpers import F32_MAX, apply_once
 
 from companion.optimizers import (
     ClipGlobalNorm,

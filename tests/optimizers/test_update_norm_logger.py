@@ -3,10 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from optimizer_helpers import (
-    regression_data,
-    small_model,
-)
+from small_models import regressor, regressor_data
 
 from companion.optimizers import (
     AdamW,
@@ -17,8 +14,8 @@ from companion.optimizers import (
 
 
 def test_transforms_run_under_fit_and_the_update_norms_are_recorded():
-    x, y, data = regression_data()
-    model = small_model()
+    x, y, data = regressor_data()
+    model = regressor()
     optimizer = TransformGradients(AdamW(0.01), [ClipGlobalNorm(1.0)], record_update_norms=True)
     model.compile(optimizer, "mse")
     before = [w.copy() for w in model.get_weights()]

@@ -1,17 +1,12 @@
 """companion.optimizers._wrappers: TransformGradients and Lookahead, alone, under loss scaling and
 under MirroredStrategy."""
 
-import os
-
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from optimizer_helpers import (
-    ROOT,
-    fitted,
-    max_difference,
-)
+from optimizer_helpers import fitted
+from small_models import CHILD_ENV, max_difference
 
 from companion.optimizers import (
     AdamW,
@@ -51,29 +46,30 @@ MIRRORED = """
 from companion.notebook import split_cpu
 split_cpu(2)
 import numpy as np, tensorflow as tf, keras
-import tests.optimizer_helpers as t
+import optimizer_helpers as t
+import small_models as s
 from companion.training import fit
 from companion.optimizers import ClipGlobalNorm, TransformGradients
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-x, y, data = t.regression_data()
+x, y, data = s.regressor_data()
 for name in ["composed"]:  # AdamW inside TransformGradients inside Lookahead
     make = t.make_optimizers()[name]
-    single = t.small_model()
+    single = s.regressor()
     single.compile(make(), "mse")
     single.fit(data, epochs=2, verbose=0, shuffle=False)
     with strategy.scope():
-        model = t.small_model()
+        model = s.regressor()
         model.compile(make(), "mse")
     model.fit(data, epochs=2, verbose=0, shuffle=False)
     with strategy.scope():
-        custom, optimizer = t.small_model(), make()
+        custom, optimizer = s.regressor(), make()
     fit(custom, data, optimizer=optimizer, loss=keras.losses.MeanSquaredError(reduction=None),
         epochs=2, strategy=strategy, progress=False)
     for trained, used in ((model, model.optimizer), (custom, optimizer)):
         variables = trained.variables + used.variables
         replicas = max(float(np.max(np.abs(v.value.values[0].numpy() - v.value.values[1].numpy())))
                        for v in variables)
-        print(name, len(variables), replicas, t.max_difference(trained, single) < 1e-5)
+        print(name, len(variables), replicas, s.max_difference(trained, single) < 1e-5)
 # Global clipping on two replicas whose gradients are orthogonal: Keras clips each replica's part
 x2, y2 = np.array([[100.0, 0.0], [0.0, 100.0]], "float32"), np.zeros((2, 1), "float32")
 pair = tf.data.Dataset.from_tensor_slices((x2, y2)).batch(2)
@@ -94,9 +90,7 @@ print("clip", *norms)
 def test_mirrored_strategy_replicas_agree_match_one_device_and_clip_the_global_gradient():
     from companion.notebook import run_python
 
-    result = run_python(
-        MIRRORED, env={"PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    )
+    result = run_python(MIRRORED, env=CHILD_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     *lines, clip = result.stdout.splitlines()[-3:]
     assert [line.split()[0] for line in lines] == ["composed"] * 2
