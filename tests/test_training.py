@@ -1245,7 +1245,7 @@ def test_each_state_is_checkpointed_once(tmp_path, monkeypatch, every, states):
 MIRRORED_RESUME = """
 from companion.notebook import split_cpu
 split_cpu(2)
-import tempfile
+import os, tempfile
 import numpy as np, tensorflow as tf, keras
 from companion.cluster import variables_digest
 from companion.training import fit
@@ -1272,8 +1272,9 @@ def run(folder, data):
                   checkpoint_dir=folder, checkpoint_every=3)
     return variables_digest(model), history
 
-whole = run(tempfile.mkdtemp(), data)
-folder = tempfile.mkdtemp()
+scratch = tempfile.TemporaryDirectory()  # removed when the script ends
+whole = run(os.path.join(scratch.name, "whole"), data)
+folder = os.path.join(scratch.name, "resumed")
 try:
     run(folder, data.map(lambda x, y: (
         tf.ensure_shape(tf.py_function(crash_at_12, [x], x.dtype), x.shape), y)))

@@ -11,12 +11,15 @@ from badinput import Bool, Case, Instance, Kind
 
 from companion.tflite import convert, refused_ops, run
 
+#: Scratch space for this module's files, removed when the test process exits.
+_SCRATCH = tempfile.TemporaryDirectory(prefix="badinput_tflite_")
+
 
 @functools.cache
 def _saved_model() -> str:
     """A tiny exported model (input (None, 3) float32), made once on first use."""
     inputs = keras.Input((3,))
-    path = os.path.join(tempfile.mkdtemp(prefix="badinput_tflite_"), "model")
+    path = os.path.join(_SCRATCH.name, "model")
     keras.Model(inputs, inputs * 2.0).export(path, verbose=False)
     return path
 
@@ -27,11 +30,11 @@ def _model_bytes() -> bytes:
 
 
 def _missing_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), "badinput_tflite_no_such_dir")
+    return os.path.join(_SCRATCH.name, "no_such_dir")
 
 
 def _not_a_saved_model() -> str:
-    return tempfile.mkdtemp(prefix="badinput_tflite_empty_")
+    return tempfile.mkdtemp(prefix="empty_", dir=_SCRATCH.name)
 
 
 SAVED_MODEL_DIR = Kind(

@@ -37,7 +37,9 @@ def frozen_model():
     return model
 
 
-_FILE = os.path.join(tempfile.mkdtemp(), "a_file")
+#: A plain file where a checkpoint folder is expected; removed when the test process exits.
+_SCRATCH = tempfile.TemporaryDirectory(prefix="badinput_training_")
+_FILE = os.path.join(_SCRATCH.name, "a_file")
 open(_FILE, "w").close()
 
 
