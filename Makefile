@@ -116,7 +116,7 @@ unit: $(INSTALLED) kernels
 notebooks: $(INSTALLED) kernels
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_NOTEBOOK_FLAGS) book
 
-# The loop for working on one chapter: 1.4 min for chapter 7 (README.md has the times).
+# The loop for working on one chapter: 1.0 min for chapter 7 (README.md has the times).
 check: $(INSTALLED) kernels
 	@test -f "$(NB)" || { echo "usage: make check NB=book/07_custom_training_loops.ipynb" >&2; exit 2; }
 	$(BIN)/ruff check $(NB) $(filter-out --%,$(CHAPTER_TESTS))
