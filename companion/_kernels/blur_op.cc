@@ -362,7 +362,7 @@ using BlurGrad = BlurOp<T, true>;
 
 // ==== kernel registration ====
 // One CPU kernel per op and dtype. A GPU kernel would be registered the same way with
-// Device(DEVICE_GPU) (chapter 11 describes what it takes).
+// Device(DEVICE_GPU); chapter 13, "On a GPU runtime", sketches one.
 #define REGISTER_CPU(T)                                                             \
   REGISTER_KERNEL_BUILDER(                                                          \
       Name("GaussianBlur").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
