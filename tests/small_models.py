@@ -13,11 +13,13 @@ import tensorflow as tf
 from companion.data import NUM_CLASSES, make_shapes
 
 #: The environment of a child process (``companion.notebook.run_python``) that imports these
-#: helpers: tests/ on its path, and only that, so that it imports the companion its parent does.
+#: helpers: tests/ on its path, and not the working folder (``python -c`` would put it first), so
+#: that it imports the installed companion, as its parent does on Colab's stack.
 CHILD_ENV = {
     "PYTHONPATH": os.pathsep.join(
-        [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]
-    )
+        [os.path.dirname(os.path.abspath(__file__)), *filter(None, [os.environ.get("PYTHONPATH")])]
+    ),
+    "PYTHONSAFEPATH": "1",
 }
 
 #: The image side and metadata width of ``two_input_classifier`` and ``shapes_dataset``.
