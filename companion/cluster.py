@@ -31,7 +31,7 @@ from companion._checks import (
     check_str,
     describe,
 )
-from companion.notebook import _check_env
+from companion.notebook import child_environment
 
 __all__ = ["MAX_WORKERS", "WorkerError", "WorkerResult", "run_workers", "variables_digest"]
 
@@ -133,7 +133,7 @@ def run_workers(
     """Run ``source`` in ``num_workers`` fresh Python processes, as the workers of one cluster.
 
     Worker ``i`` gets ``TF_CONFIG`` for task ``i`` of a cluster of free ports on 127.0.0.1, this
-    interpreter, this process's environment plus ``env``, and ``TF_CPP_MIN_LOG_LEVEL=3``. The
+    interpreter, and the environment of :func:`companion.notebook.child_environment`. The
     call returns when every worker has exited 0. If one exits otherwise, or ``timeout`` seconds
     pass, every worker still running is killed (its process group: nothing is left behind) and
     :class:`WorkerError` names the worker and quotes the end of its stderr.
@@ -163,7 +163,7 @@ def run_workers(
     source = check_str(source, "source", "non-empty Python source (a str)")
     num_workers = check_int(num_workers, "num_workers", minimum=1, maximum=MAX_WORKERS)
     timeout = check_real(timeout, "timeout", above=0, maximum=MAX_TIMEOUT)
-    extra = _check_env(env)
+    base_env = child_environment(env)
     ports = _free_ports(num_workers)
     with tempfile.TemporaryDirectory() as folder:
         outputs, processes = [], []
@@ -171,8 +171,7 @@ def run_workers(
             for index in range(num_workers):
                 out, err = (open(f"{folder}/{index}.{kind}", "w+") for kind in ("out", "err"))
                 outputs.append((out, err))
-                worker_env = os.environ | extra
-                worker_env |= {"TF_CONFIG": _tf_config(ports, index), "TF_CPP_MIN_LOG_LEVEL": "3"}
+                worker_env = base_env | {"TF_CONFIG": _tf_config(ports, index)}
                 processes.append(
                     subprocess.Popen(
                         [sys.executable, "-c", source],

@@ -349,21 +349,45 @@ def run_python(
     """
     check_instance(code, "code", str, "Python source as a str")
     timeout = check_real(timeout, "timeout", above=0, maximum=MAX_TIMEOUT)
-    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **_check_env(env)}
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=child_env
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_environment(env),
     )
 
 
-def _check_env(env: object) -> dict[str, str]:
-    """``env`` (None or a mapping of str to str) as a dict; ``{}`` for None."""
-    if env is None:
-        return {}
-    check_instance(env, "env", Mapping, "a mapping of str to str or None")
-    for key, value in env.items():
-        check_instance(key, f"env[{key!r}]", str, "a str name")
-        check_instance(value, f"env[{key!r}]", str, "a str value")
-    return dict(env)
+#: What every child process of a chapter gets: TensorFlow's C++ start-up logs off, and plain
+#: tracebacks. An IPython kernel sets ``FORCE_COLOR=1``, which Python 3.13 obeys in a child
+#: (its tracebacks then carry colour codes onto the page); ``PYTHON_COLORS=0`` wins over it.
+CHILD_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHON_COLORS": "0"}
+
+
+def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a chapter's child process: this one's, ``CHILD_DEFAULTS``, then ``env``.
+
+    Args:
+        env: Extra variables, which win over the rest: a mapping of str to str, or None.
+
+    Returns:
+        A new dict; ``os.environ`` is left as it was.
+
+    Raises:
+        TypeError: If ``env`` is not a mapping of str to str.
+
+    Example:
+        >>> child_environment({"KERAS_BACKEND": "jax"})["PYTHON_COLORS"]
+        '0'
+
+    Taught in chapter 2, "What composing gives you for free".
+    """
+    if env is not None:
+        check_instance(env, "env", Mapping, "a mapping of str to str or None")
+        for key, value in env.items():
+            check_instance(key, f"env[{key!r}]", str, "a str name")
+            check_instance(value, f"env[{key!r}]", str, "a str value")
+    return {**os.environ, **CHILD_DEFAULTS, **(env or {})}
 
 
 def show_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:

@@ -256,6 +256,32 @@ def test_run_python_uses_a_fresh_interpreter_without_this_process_state(tmp_path
         run_python(["print(1)"])
 
 
+def test_run_python_returns_tracebacks_without_colour_codes_from_a_kernel():
+    """An IPython kernel sets FORCE_COLOR=1; on Python 3.13 a child's traceback was coloured."""
+    from companion.notebook import run_python
+
+    failing = run_python(
+        "raise ValueError('plain')", env={"FORCE_COLOR": "1", "TERM": "xterm-color"}
+    )
+    assert failing.returncode == 1
+    assert failing.stderr.rstrip().endswith("ValueError: plain")
+    assert "\x1b" not in failing.stderr
+
+
+def test_child_environment_adds_the_defaults_and_lets_env_win():
+    import os
+
+    from companion.notebook import CHILD_DEFAULTS, child_environment
+
+    before = dict(os.environ)
+    child = child_environment({"PYTHON_COLORS": "1", "EXTRA": "yes"})
+    assert os.environ == before
+    assert child["EXTRA"] == "yes" and child["PYTHON_COLORS"] == "1"
+    assert child_environment()["TF_CPP_MIN_LOG_LEVEL"] == CHILD_DEFAULTS["TF_CPP_MIN_LOG_LEVEL"]
+    with pytest.raises(TypeError, match=r"^env\['A'\]: expected a str value, got int 1$"):
+        child_environment({"A": 1})
+
+
 @pytest.mark.parametrize(
     "timeout, error",
     [

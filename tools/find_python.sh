@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Print the path of a Python interpreter of version $1 (e.g. 3.12): python3.12 on PATH, else a
+# Print the path of a Python interpreter of version $1 (e.g. 3.13): python3.13 on PATH, else a
 # pyenv installation of it. Exit 1 with a message naming what to install when there is none.
 set -u
 version=${1:?usage: find_python.sh MAJOR.MINOR}

@@ -6,6 +6,7 @@ import numpy as np
 from badinput import Bool, Case, Instance, Int, Kind, Real
 
 from companion.notebook import (
+    child_environment,
     describe_error,
     format_table,
     print_wrapped,
@@ -105,6 +106,7 @@ CASES = [
         {"code": "pass", "timeout": 60, "env": None},
         {"code": TEXT, "timeout": Real(above=0, maximum=7 * 24 * 3600), "env": ENV},
     ),
+    Case("child_environment", child_environment, {"env": None}, {"env": ENV}),
 ]
 
 EXEMPT = {"CaughtError": "what show_error yields, filled in by it (a dataclass)"}
