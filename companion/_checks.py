@@ -34,8 +34,8 @@ def describe(value: Any) -> str:
 
     An array, tensor or variable whose repr is long or spans lines is described by its shape
     and dtype instead (``EagerTensor of shape (32, 32, 3) and dtype float32``), as is one whose
-    repr cannot be made (a ``keras.Variable`` inside a ``tf.function`` on Keras 3.10 reads its
-    value for it).
+    repr raises (older Keras 3 releases read a ``keras.Variable``'s value for its repr, which
+    fails inside a ``tf.function``).
     """
     kind = type(value).__name__
     try:

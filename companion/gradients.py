@@ -97,7 +97,7 @@ def _check_order(low: tf.Tensor, high: tf.Tensor, clip_min: Any, clip_max: Any) 
     Else by an op that runs first.
     """
     known_low, known_high = tf.get_static_value(low), tf.get_static_value(high)
-    # (no repr here: a Keras 3.10 variable's reads its value)
+    # (no repr here: on older Keras 3 releases a variable's repr reads its value)
     if known_low is None or known_high is None:
         tf.debugging.assert_less(
             low, high, message="clip_min: expected values below clip_max element-wise"

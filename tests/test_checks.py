@@ -172,7 +172,7 @@ def test_a_positive_range_against_a_dtype_prints_only_its_bounds():
 def test_describe_survives_a_repr_that_fails():
     from companion._checks import describe
 
-    class ReadsItsValue:  # a keras.Variable's repr inside a tf.function on Keras 3.10
+    class ReadsItsValue:  # a keras.Variable's repr in a tf.function on older Keras 3
         shape, dtype = (2,), "float32"
 
         def __repr__(self):

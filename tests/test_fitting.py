@@ -234,7 +234,7 @@ def test_mixed_float16_nan_loss_skips_without_touching_the_loss_scale():
     weights = model.get_weights()
     nan_x = x.numpy().copy()
     nan_x[0, 0] = np.nan
-    model.reset_metrics()  # train_on_batch resets them on Keras 3.15, not on 3.10
+    model.reset_metrics()  # train_on_batch resets them on Keras 3.15, not on 3.13
     logs = model.train_on_batch(nan_x, y, return_dict=True)
     assert logs["skipped_steps"] == 1.0
     assert float(optimizer.dynamic_scale) == scale  # a NaN loss is not a loss-scale overflow

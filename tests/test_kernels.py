@@ -134,9 +134,6 @@ def test_gradient_of_the_gradient_and_against_native_blur(random_images):
     )
 
 
-# Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back
-# as a list.
-@pytest.mark.filterwarnings("ignore:The structure of `inputs` doesn't match:UserWarning")
 def test_layer_trains_saves_and_loads_in_a_fresh_process(tmp_path, random_images, opencv_blur):
     keras.utils.set_random_seed(0)
     images = random_images((8, 16, 16, 3))

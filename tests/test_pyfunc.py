@@ -136,9 +136,6 @@ def test_bare_py_function_around_opencv_reports_a_scalar_zero_gradient(random_im
     assert gradient is not None and gradient.shape.rank == 0 and float(gradient) == 0.0
 
 
-# Keras 3.10 (Colab) warns when a reloaded one-input model is called: its inputs come back
-# as a list.
-@pytest.mark.filterwarnings("ignore:The structure of `inputs` doesn't match:UserWarning")
 def test_gaussian_blur_layer_matches_opencv_and_round_trips(tmp_path, random_images, opencv_blur):
     images = random_images((2, 16, 16, 3))
     inputs = keras.Input((16, 16, 3))
