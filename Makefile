@@ -32,7 +32,7 @@ quiet_tf = { $(1) 2>&1 1>&3 | sed -E '$(TF_EARLY_LOG)' >&2; } 3>&1
 # bad-input, conformance and GPU-path suites (tools/chapter_tests.py says which).
 CHAPTER_TESTS = $(if $(NB),$(shell python3 tools/chapter_tests.py $(NB)))
 
-.PHONY: help venv book pdf pdf-tools test-pdf lint chromium test unit notebooks notebooks-gpu check test-colab bench kernels check-template stamp execute clean
+.PHONY: help venv book pdf pdf-tools test-pdf lint chromium test unit notebooks notebooks-gpu soak soak-colab check test-colab bench kernels check-template stamp execute clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
@@ -41,6 +41,8 @@ help:
 	@echo "make test        unit tests + docstring examples + every notebook under nbval + strict book build"
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
 	@echo "make notebooks-gpu  notebooks on Colab's stack under the GPU stand-in (NB=... for one)"
+	@echo "make soak        hunt flaky cells: every notebook 3 times (3 hash seeds, the last beside a busy CPU)"
+	@echo "make soak-colab  the same on Colab's stack under the GPU stand-in"
 	@echo "make lint        ruff: code style and line length (88 in notebooks, 100 elsewhere)"
 	@echo "make unit        unit tests and docstring examples only"
 	@echo "make notebooks   every notebook under nbval only"
@@ -155,6 +157,16 @@ test-colab: $(COLAB_INSTALLED)
 notebooks-gpu: $(COLAB_INSTALLED)
 	$(COLAB_BIN)/python -m pip install -q --no-deps --force-reinstall .
 	$(STAND_IN)=1 $(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib $(PYTEST_NOTEBOOK_FLAGS) $(or $(NB),book)
+
+# Flaky cells show up under load and other hash seeds, as CI meets them: `make soak` runs every
+# notebook three times, two at a time, with PYTHONHASHSEED 1, 2, 3, the third beside a CPU-bound
+# process (tools/soak.sh; reports in _build/soak/). About 15 min per stack on 2 cores.
+soak: $(INSTALLED) kernels
+	tools/soak.sh $(BIN)/pytest
+
+soak-colab: $(COLAB_INSTALLED)
+	$(COLAB_BIN)/python -m pip install -q --no-deps --force-reinstall .
+	$(STAND_IN)=1 tools/soak.sh $(COLAB_BIN)/pytest --import-mode=importlib
 
 # Chapter 13's compiled op (companion.kernels), built ahead of time once per TensorFlow version into
 # the per-user cache ($$WHITE_BOX_TF_CACHE, default ~/.cache/white-box-tf/kernels) that the tests
