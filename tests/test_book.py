@@ -288,26 +288,65 @@ def test_claims_ledger_is_in_the_toc_and_numbered():
     )
 
 
-#: Decimals a ledger row may quote that no output prints: versions (TensorFlow 2.16, where
-#: ``tf.keras`` became Keras 3, and the Keras of each tested stack).
+#: Versions a ledger row may quote without a package name before them (``≥ 2.8``, ``< 2.11``):
+#: the article's example bound, the releases where the optimizer API and ``tf.keras`` changed,
+#: and the Keras of each tested stack. A version after a package name (``TensorFlow 2.16``,
+#: ``Keras 3``) is never taken for a figure (``VERSION``).
 NOT_MEASURED = {
+    "2.8",
+    "2.10",
+    "2.11",
+    "2.15",
     "2.16",
     _pinned("requirements.txt", "keras", ">="),
     _pinned("requirements-colab.txt", "keras", "=="),
+}
+
+#: Integers a row quotes that are inputs the reader is told, not results a cell measured: the
+#: logits of an example, a layer's width, a number of layers or of calls, an epsilon's exponent.
+#: Keep this short: a figure a cell printed belongs in its output, and the row should quote it.
+ROW_INPUTS = {
+    "74": {"20"},  # the example's logits [0, 20, 120]
 }
 
 #: A number as a whole token: an optional minus sign (not a hyphen after a word or a number, as in
 #: ``0.91-1.70``), digits, an optional fraction and an optional exponent (``1.5e-2``, ``3.63e+07``).
 #: It starts after no letter, digit, underscore or point, and ends before no digit and no point
 #: followed by a digit: ``7.6`` is not a token of ``7.655``, ``17.6``, ``7.6.1`` or ``7.6e-3``.
+#: Digits grouped by commas are one number (``47,365`` is 47365, never 47), unless the comma
+#: follows a digit that starts a list (``[0,20,120]`` is 0, 20 and 120).
 #: A unit or sign may follow (``6.54 ms``, ``3.02×``, ``5.65x``), and a sentence's full stop
-#: (``gives 12.1016.``). The ledger's figures are its tokens with a decimal point.
-NUMBER = re.compile(r"(?<![\w.])(?:[-\u2212](?=\d))?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\d|\.\d)")
+#: (``gives 12.1016.``).
+NUMBER = re.compile(
+    r"(?<![\w.])(?:[-\u2212](?=\d))?(?:(?<!\d,)\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
+    r"(?:[eE][-+]?\d+)?(?!\d|\.\d)"
+)
+
+#: What a row's "why" names that is not a figure: references to rows, chapters, sections and
+#: exercises (``row 108``, ``chapter 12``, ``§5.1``, ``exercise 2``), and versions after a package
+#: name (``Keras 3``, ``TensorFlow 2.16``, ``Python 3.13``).
+REFERENCE = re.compile(
+    r"\b(?:[Rr]ows?|[Cc]hapters?|[Ee]xercises?)\s\d+(?:(?:,\s|\sand\s|\sor\s)\d+)*|§\s?[\d.]+\d"
+    r"|\b(?:Keras|TensorFlow|TF|Python|NumPy|OpenCV|tf_keras|tf-keras)\s\d+(?:\.\d+)*"
+)
+
+#: An integer stated as a ratio or a percentage: ``22x``, ``22×``, ``22 times as long``, ``47
+#: times a call``, ``99 %``. (``traced 7 times in 8 calls`` is a count, not a ratio.) A cell
+#: prints a ratio with its sign (``ratio 22x``) or in words (``22 times``), a share with ``%``.
+RATIO = re.compile(
+    r"(?<![\w.])(\d+)(?:\s?[x×](?!\w)|\stimes\s(?=(?:as|a|an|the|that|its|what|longer|larger|"
+    r"faster|slower|smaller|bigger|more|less|higher|lower)\b))"
+)
+PERCENT = re.compile(r"(?<![\w.])(\d+)\s?%")
+#: How a cell prints a ratio or a share: the number, then its sign or word.
+PRINTED_RATIO = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:\s?[x×](?!\w)|\stimes\b)")
+PRINTED_PERCENT = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s?%")
 
 
 def number_tokens(text):
-    """The numbers ``text`` shows, each as a whole token (a Unicode minus written as ``-``)."""
-    return [token.replace("\u2212", "-") for token in NUMBER.findall(text)]
+    """The numbers ``text`` shows, each as a whole token (a Unicode minus written as ``-``,
+    commas between digit groups dropped)."""
+    return [token.replace("\u2212", "-").replace(",", "") for token in NUMBER.findall(text)]
 
 
 def test_number_tokens_are_whole_numbers():
@@ -329,30 +368,106 @@ def test_number_tokens_are_whole_numbers():
         "0.25",
     ]
     assert number_tokens("float32 conv2d_1 \u22121.5") == ["-1.5"]
+    assert number_tokens("mlp 47,365 examples/s, 1,234.5, [0,20,120], (1, 8)") == [
+        "47365",
+        "1234.5",
+        "0",
+        "20",
+        "120",
+        "1",
+        "8",
+    ]
+
+
+def _printed(names):
+    """Every number printed by the stored outputs of ``names``, and the integers among them that
+    are printed as ratios and as percentages."""
+    tokens, ratios, percents = set(), set(), set()
+    for name in names:
+        for text in output_texts(name):
+            tokens.update(number_tokens(text))
+            ratios.update(PRINTED_RATIO.findall(text))
+            percents.update(PRINTED_PERCENT.findall(text))
+    return tokens, ratios, percents
+
+
+def unquoted_figures(why, printed, inputs=frozenset()):
+    """The figures ``why`` quotes that ``printed`` (as ``_printed`` returns it) does not hold.
+
+    A figure is every decimal and every integer of ``why`` outside its references and versions
+    (``REFERENCE``, ``NOT_MEASURED``) and its stated ``inputs``; powers of ten (``1e-6``) are
+    bounds, not figures. A decimal or an integer must be a whole number token of an output; an
+    integer stated as a ratio must be printed as a ratio (``22x``), and one stated as a share
+    as a share (``99%``): a small integer is printed somewhere by chance, a ratio is not.
+    """
+    tokens, ratios, percents = printed
+    text = REFERENCE.sub(" ", why)
+    missing = []
+    for token in number_tokens(text):
+        is_power_of_ten = "." not in token and re.fullmatch(r"-?\d+[eE][-+]?\d+", token)
+        if token in NOT_MEASURED or token in inputs or is_power_of_ten:
+            continue
+        if token not in tokens:
+            missing.append(token)
+    missing += [f"{n}x" for n in RATIO.findall(text) if n not in inputs and n not in ratios]
+    missing += [f"{n}%" for n in PERCENT.findall(text) if n not in inputs and n not in percents]
+    return list(dict.fromkeys(missing))
+
+
+def test_the_ledger_guard_catches_a_ratio_or_count_no_output_prints():
+    printed = _printed_text(
+        "trace + first call: 26.16 ms | call of the traced graph: 1179 µs | ratio 22x\n"
+        "8 calls, factor given as   traces\nPython float factor   7\n"
+        "mlp  47,365 examples/s\nloop_distances  291.32   99%\n"
+    )
+    made_up = "A Python float traced 7 times in 8 calls, and a trace cost 47 times a call."
+    assert unquoted_figures(made_up, printed) == ["47", "47x"]
+    # Printed elsewhere as a count, 47 is still no ratio the outputs show.
+    with_a_count = _printed_text("ratio 22x\n47 traces\n")
+    assert unquoted_figures("a trace cost 47 times a call", with_a_count) == ["47x"]
+    true = "A Python float traced 7 times in 8 calls, and a trace cost 22 times a call."
+    assert unquoted_figures(true, printed) == []
+    assert unquoted_figures("a trace cost 47x a call", with_a_count) == ["47x"]
+    assert unquoted_figures("7 of 8 calls traced (row 78, chapter 12, Keras 3)", printed) == []
+    assert unquoted_figures("the loop took 99 % of the pass, flatten 1 %", printed) == ["1", "1%"]
+    assert unquoted_figures("47 traces", printed) == ["47"], "47,365 is not 47"
+    assert unquoted_figures("within 1e-6, 291.32 ms, 291.3 ms", printed) == ["291.3"]
+    assert unquoted_figures("5 layers of 64", printed, inputs={"5", "64"}) == []
+
+
+def _printed_text(text):
+    return (
+        set(number_tokens(text)),
+        set(PRINTED_RATIO.findall(text)),
+        set(PRINTED_PERCENT.findall(text)),
+    )
+
+
+def output_texts(name):
+    """The text of every stored output of notebook ``book/<name>``."""
+    texts = []
+    for cell in json.loads((BOOK / name).read_text())["cells"]:
+        for output in cell.get("outputs", []):
+            for text in (output.get("text", ""), output.get("data", {}).get("text/plain", "")):
+                texts.append("".join(text))
+    return texts
 
 
 @functools.cache
 def stored_outputs(name):
     """The number tokens of every stored output of notebook ``book/<name>``."""
-    tokens = set()
-    for cell in json.loads((BOOK / name).read_text())["cells"]:
-        for output in cell.get("outputs", []):
-            for text in (output.get("text", ""), output.get("data", {}).get("text/plain", "")):
-                tokens.update(number_tokens("".join(text)))
-    return tokens
+    return {token for text in output_texts(name) for token in number_tokens(text)}
 
 
 def test_every_number_the_ledger_quotes_is_in_a_stored_output_of_a_linked_chapter():
     # A re-executed chapter stores new timings: the ledger must quote the run readers see.
-    # A figure counts only as a whole number token (7.6 is not in 7.655 or 17.6) printed by a
-    # notebook the row links to.
+    # A figure counts only as a whole number token (7.6 is not in 7.655 or 17.6; 47 is not in
+    # 47,365) printed by a notebook the row links to, and a ratio or share only as one.
     problems = []
     for number, _, _, why, shown_in in claim_rows():
         links = CHAPTER_LINK.findall(why + shown_in)
         notebooks = sorted({f"{name}.ipynb" for name, ext, _ in links if ext == "ipynb"})
-        printed = set().union(*(stored_outputs(name) for name in notebooks))
-        decimals = [t for t in number_tokens(why) if "." in t and t not in NOT_MEASURED]
-        stale = [d for d in dict.fromkeys(decimals) if d not in printed]
+        stale = unquoted_figures(why, _printed(notebooks), ROW_INPUTS.get(number, set()))
         if stale:
             problems.append(
                 f"claim {number} quotes {stale}, which no stored output of "
