@@ -257,6 +257,13 @@ def test_intro_links_every_chapter():
     assert not missing, f"book/intro.md's chapter map should link {missing}"
 
 
+def test_stamp_rewrites_the_books_own_links_and_leaves_colabs_package_list_alone():
+    template = _template()
+    url = CONFIG["repository"]["url"]
+    text = "https://github.com/old/home and https://github.com/googlecolab/backend-info"
+    assert template.stamped_doc(text) == f"{url} and https://github.com/googlecolab/backend-info"
+
+
 def test_readme_and_intro_quote_the_configured_repository():
     template = _template()
     assert template.stale_docs() == [], "run `make stamp`"

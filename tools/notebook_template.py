@@ -23,7 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 #: Pages that quote the repository URL (install commands, Colab links).
 DOCS = [ROOT / "README.md", BOOK / "intro.md"]
-GITHUB_URL = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+")
+#: Other projects' repositories the docs link to, which `make stamp` leaves alone: Colab's
+#: published package list (README.md, "Follow Colab when it upgrades").
+OTHER_REPOSITORIES = ("googlecolab/backend-info",)
+GITHUB_URL = re.compile(
+    r"https://github\.com/(?!(?:" + "|".join(map(re.escape, OTHER_REPOSITORIES)) + r")\b)"
+    r"[\w.-]+/[\w.-]+"
+)
 COLAB_PATH = re.compile(r"(colab\.research\.google\.com/github/)[\w.-]+/[\w.-]+")
 #: hide-input: the HTML page shows the cell collapsed (its output, the versions, stays visible).
 SETUP_TAGS = ["hide-input", "nbval-ignore-output"]
@@ -134,7 +140,7 @@ def stamp(path: Path) -> bool:
 
 
 def stamped_doc(text: str) -> str:
-    """``text`` with every GitHub repository URL and Colab path pointing at the configured home."""
+    """``text`` with its GitHub URLs (not ``OTHER_REPOSITORIES``) and Colab paths at our home."""
     url = repository_url()
     text = GITHUB_URL.sub(url, text)
     return COLAB_PATH.sub(
