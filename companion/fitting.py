@@ -215,7 +215,7 @@ class _FunctionalGuardedModel(GuardedModel, Functional):
 def _init_functional(model: keras.Model, args: tuple, kwargs: dict) -> None:
     """What ``keras.Model.__init__(model, inputs, outputs)`` does, minus rewriting classes.
 
-    Keras 3's ``Model.__init__`` (``keras/src/models/model.py``, the same in 3.10 and 3.15) runs
+    Keras 3's ``Model.__init__`` (``keras/src/models/model.py``, the same in 3.13 and 3.15) runs
     ``Trainer.__init__(self)`` (the backend's ``TensorFlowTrainer``, ``keras.Model.__bases__[0]``),
     then, given inputs and outputs, ``inject_functional_model_class(self.__class__)``, which
     rewrites the ``__bases__`` of the class and of every class above it up to ``keras.Model``
