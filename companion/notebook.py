@@ -358,9 +358,9 @@ def run_python(
     )
 
 
-#: What every child process of a chapter gets: TensorFlow's C++ start-up logs off, and plain
-#: tracebacks. An IPython kernel sets ``FORCE_COLOR=1``, which Python 3.13 obeys in a child
-#: (its tracebacks then carry colour codes onto the page); ``PYTHON_COLORS=0`` wins over it.
+#: The variables every child process of a chapter gets, to keep TensorFlow's C++ start-up logs
+#: off and tracebacks plain. An IPython kernel sets ``FORCE_COLOR=1``, which Python 3.13 obeys in
+#: a child (its tracebacks then carry colour codes onto the page); ``PYTHON_COLORS=0`` wins.
 CHILD_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHON_COLORS": "0"}
 
 
