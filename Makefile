@@ -160,7 +160,7 @@ notebooks-gpu: $(COLAB_INSTALLED)
 
 # Flaky cells show up under load and other hash seeds, as CI meets them: `make soak` runs every
 # notebook three times, two at a time, with PYTHONHASHSEED 1, 2, 3, the third beside a CPU-bound
-# process (tools/soak.sh; reports in _build/soak/). About 15 min per stack on 2 cores.
+# process (tools/soak.sh; reports in _build/soak/). 4-8 min a run on 2 cores, about 20 min a stack.
 soak: $(INSTALLED) kernels
 	tools/soak.sh $(BIN)/pytest
 
