@@ -51,7 +51,7 @@ help:
 	@echo "make bench       the headline benchmarks: a table, and _build/bench.json"
 	@echo "make kernels     compile chapter 13's C++ op into the per-user cache (needs g++)"
 	@echo "make execute     re-run every notebook in place, storing the outputs nbval sees (NB=... for one)"
-	@echo "make stamp       write the current setup cell into every notebook"
+	@echo "make stamp       write the current setup cell and the reading times into every notebook"
 
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -183,6 +183,7 @@ check-template: $(INSTALLED)
 
 stamp: $(INSTALLED)
 	$(BIN)/python tools/notebook_template.py stamp
+	$(BIN)/python tools/reading_time.py
 
 # PYTEST_CURRENT_TEST makes ipykernel leave TF's C++ log lines out of the stored outputs,
 # exactly as under nbval (README.md, "Refresh outputs and add a chapter").

@@ -1,20 +1,20 @@
 """The book as a whole: table of contents, notebooks, setup cell, versions, built pages."""
 
 import functools
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
+import repo_tools
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-#: (name in the intro, package in the requirement files) for the versions the intro states.
+#: (name on the testing page, package in the requirement files) for the versions it states.
 #: Exercise difficulty marks (book/intro.md explains them).
 DIFFICULTY = "(★☆☆|★★☆|★★★)"
 PACKAGES = [
@@ -26,12 +26,10 @@ PACKAGES = [
 
 
 def _template():
-    spec = importlib.util.spec_from_file_location(
-        "notebook_template", ROOT / "tools" / "notebook_template.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_tools.load("notebook_template")
+
+
+reading_time = repo_tools.load("reading_time")
 
 
 def toc_files():
@@ -71,41 +69,44 @@ def test_notebook_committed_executed_in_order_without_errors(path):
     assert any("## Summary" in h for h in headings) and any("## Exercises" in h for h in headings)
 
 
-#: The opening's line on time, e.g. ``*About 12 minutes to read, 1 minute to run. ...*``.
-READING_TIME = re.compile(r"\*About (\d+) minutes to read, [^*]+\*")
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_chapter_opens_with_its_outcomes_and_the_reading_time_the_intro_quotes(path):
+def test_chapter_opens_with_its_outcomes_and_reading_times_by_the_intros_rule(path):
     notebook = nbformat.read(path, as_version=4)
     opening = "\n".join(c.source for c in notebook.cells[:4] if c.cell_type == "markdown")
     assert "**After this chapter you can:**" in opening, "open with the reader's outcomes"
-    time = READING_TIME.search(opening)
-    assert time, "the opening says '*About N minutes to read, M to run. ...*'"
-    rows = [
-        line
-        for line in (BOOK / "intro.md").read_text().splitlines()
-        if line.startswith("| [") and f"]({path.name})" in line
+    assert reading_time.stamp(path, write=False) == [], "run `make stamp`"
+
+
+def test_the_reading_time_rule_is_the_one_the_intro_states():
+    intro = " ".join((BOOK / "intro.md").read_text().split())
+    assert "200 words a minute" in intro and "20 lines of code a minute" in intro
+    assert "nearest 5 minutes" in intro
+    assert [reading_time.minutes(w, n) for w, n in [(0, 0), (1154, 250), (6602, 1047)]] == [
+        5,
+        20,
+        85,
     ]
-    assert len(rows) == 1 and f"| {time.group(1)} min |" in rows[0], (
-        f"book/intro.md's chapter table should say {time.group(1)} min for {path.name}"
-    )
 
 
 def exercises_and_solutions(path):
-    """The items of a chapter's Exercises section (``- **4.1** ★☆☆ **Title.** ...``), by their
-    number within the chapter, and its solution cells by number."""
+    """The items of a chapter's Practice and Exercises sections (``- **4.1** ★☆☆ **Title.**
+    ...``), by their number within the chapter, and its solution cells by number
+    (``# Solution to exercise 4.1``)."""
     notebook = nbformat.read(path, as_version=4)
-    section = next(
-        c.source for c in notebook.cells if c.cell_type == "markdown" and "## Exercises" in c.source
-    )
-    items = re.findall(
-        r"^- \*\*(?:\d+|A)\.(\d+)\*\* (.*)$", section.split("## Exercises", 1)[1], re.MULTILINE
-    )
+    sections = [
+        c.source
+        for c in notebook.cells
+        if c.cell_type == "markdown" and c.source.startswith(("## Practice", "## Exercises"))
+    ]
+    items = [
+        item
+        for section in sections
+        for item in re.findall(r"^- \*\*(?:\d+|A)\.(\d+)\*\* (.*)$", section, re.MULTILINE)
+    ]
     solutions = {}
     for cell in notebook.cells:
         if cell.cell_type == "code" and (
-            match := re.match(r"# Solution to exercise (\d+)", cell.source)
+            match := re.match(r"# Solution to exercise (?:(?:\d+|A)\.)?(\d+)\b", cell.source)
         ):
             solutions[match.group(1)] = cell
     return items, solutions
@@ -218,8 +219,8 @@ def _pinned(requirement_file, package, operator):
     return re.search(rf"^{re.escape(package)}{operator}(\d+\.\d+)", text, re.MULTILINE).group(1)
 
 
-def test_intro_states_both_tested_stacks():
-    intro = (BOOK / "intro.md").read_text()
+def test_the_testing_page_states_both_tested_stacks():
+    page = (BOOK / "testing.md").read_text()
     colab_python = re.search(
         r"^# python: (\d+\.\d+)", (ROOT / "requirements-colab.txt").read_text(), re.M
     )
@@ -234,21 +235,21 @@ def test_intro_states_both_tested_stacks():
     }
     for stack, versions in stacks.items():
         for name, version in versions:
-            assert f"**{name} {version}**" in intro, (
-                f"intro.md should name {name} {version} ({stack} stack)"
+            assert f"**{name} {version}**" in page, (
+                f"testing.md should name {name} {version} ({stack} stack)"
             )
 
 
-def test_the_running_stack_is_one_the_intro_names():
+def test_the_running_stack_is_one_the_testing_page_names():
     import cv2
     import keras
     import numpy
     import tensorflow as tf
 
-    intro = (BOOK / "intro.md").read_text()
+    page = (BOOK / "testing.md").read_text()
     for name, module in [("TensorFlow", tf), ("Keras", keras), ("NumPy", numpy), ("OpenCV", cv2)]:
         major_minor = ".".join(module.__version__.split(".")[:2])
-        assert f"**{name} {major_minor}**" in intro, f"intro.md should say {name} {major_minor}"
+        assert f"**{name} {major_minor}**" in page, f"testing.md should say {name} {major_minor}"
 
 
 def test_intro_links_every_chapter():
@@ -480,7 +481,12 @@ def test_every_number_the_ledger_quotes_is_in_a_stored_output_of_a_linked_chapte
 
 
 def test_every_claim_has_a_verdict_a_reason_and_a_link_to_a_chapter_section():
-    chapters = {entry.removeprefix("book/") for entry in toc_files()} - {"claims", "intro", "api"}
+    chapters = {entry.removeprefix("book/") for entry in toc_files()} - {
+        "claims",
+        "intro",
+        "api",
+        "testing",
+    }
     for number, claim, verdict, why, shown_in in claim_rows():
         assert verdict in VERDICTS, f"claim {number}: verdict {verdict!r} not in {sorted(VERDICTS)}"
         assert claim.strip() and why.strip(), f"claim {number}: empty claim or reason"

@@ -1,15 +1,12 @@
 """requirements-colab.txt agrees with the stored copy of Colab's own package list."""
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
+import repo_tools
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("colab_stack", ROOT / "tools" / "colab_stack.py")
-colab_stack = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(colab_stack)
+ROOT = repo_tools.ROOT
+colab_stack = repo_tools.load("colab_stack")
 
 
 def test_requirements_colab_is_written_from_colabs_published_list():

@@ -31,7 +31,7 @@ NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
 SOURCES = [*NOTEBOOKS, *BOOK.glob("*.md"), BOOK / "_static" / "print.css"]
 #: A4 at print.css's margins (13 mm left and right), in points.
 PAGE_WIDTH, MARGIN = 595.0, 13 / 25.4 * 72
-#: 14 chapters, the intro, the ledger and the API page: about 460 pages in May 2026.
+#: 14 chapters, the intro, the ledger, the testing and API pages: about 460 pages in May 2026.
 PAGES = range(300, 801)
 #: Printed lines at least this long are the ones a clipped box would cut.
 LONG_LINE = 60
@@ -100,10 +100,10 @@ def test_every_chapter_title_is_printed(pdf):
     for path in NOTEBOOKS:
         first = json.loads(path.read_text())["cells"][0]["source"]
         titles.append(next(line for line in first if line.startswith("# "))[2:])
-    for path in ["intro.md", "claims.md", "api.md"]:
+    for path in ["intro.md", "claims.md", "testing.md", "api.md"]:
         titles.append(next(ln for ln in (BOOK / path).open() if ln.startswith("# "))[2:])
     missing = [t for t in titles if re.sub(r"[\s`*]", "", t) not in _text(pdf)]
-    assert len(titles) == len(NOTEBOOKS) + 3 and not missing, missing
+    assert len(titles) == len(NOTEBOOKS) + 4 and not missing, missing
 
 
 def test_every_figure_is_embedded_at_its_own_size(pdf):

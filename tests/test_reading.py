@@ -7,14 +7,15 @@ chapter. Directive blocks (``:::{note} ... :::``) and code are not prose.
 """
 
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
+import repo_tools
 
-BOOK = Path(__file__).resolve().parent.parent / "book"
-NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
-HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
+reading_time = repo_tools.load("reading_time")
+prose, words, DEEPER = reading_time.prose, reading_time.words, reading_time.DEEPER
+
+NOTEBOOKS = sorted((repo_tools.ROOT / "book").glob("*.ipynb"))
 #: Formatting done inline that belongs to one helper of ``companion.notebook``.
 PLUMBING = re.compile(
     r"textwrap\.|\bre\.(?:sub|search|match|findall|split)\(|describe_error|format_table|"
@@ -25,58 +26,47 @@ ASIDE = re.compile(
     r"nbval|\bCI\b|tests/|\bmake (?:test|check|book|bench|execute|kernels|lint|unit|notebooks|"
     r"stamp|pdf)\b|Keras 3\.1[05]|(?:TF|TensorFlow) 2\.(?:19|21)|this machine"
 )
-DEEPER = re.compile(r"^#+ .*going deeper", re.I | re.M)
 MAX_CORE_WORDS, MAX_CORE_LINES, MAX_CELL_LINES, MAX_SENTENCE_WORDS = 2500, 300, 30, 50
 
 
-def prose(markdown: str) -> str:
-    """The words a reader reads: no code, no directive blocks, link text only."""
-    text = re.sub(r"```.*?```", " ", markdown, flags=re.S)
-    text = re.sub(r"^:::.*?^:::", " ", text, flags=re.S | re.M)
-    text = re.sub(r"`[^`]*`", "x", text)
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
-    return re.sub(r"[#>*_|]", " ", text)
-
-
-def words(text: str) -> int:
-    return len(re.findall(r"\w+", text))
-
-
-def visible(cell) -> bool:
-    tags = set(cell.metadata.get("tags", []))
-    return cell.cell_type == "code" and not tags & HIDDEN and cell.source.strip() != ""
-
-
 def chapter(path):
-    """(core prose, core visible code lines, prose per cell, visible code cells) of a notebook."""
+    """(core prose, prose per cell, visible code cells) of a notebook."""
     notebook = nbformat.read(path, as_version=4)
-    core, core_prose, core_lines, all_prose, cells = True, [], 0, [], []
+    core, core_prose, all_prose, cells = True, [], [], []
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
             core = core and not DEEPER.search(cell.source)
             all_prose.append(prose(cell.source))
             if core:
                 core_prose.append(all_prose[-1])
-        elif visible(cell):
+        elif reading_time.visible_lines(cell):
             cells.append(cell.source)
-            core_lines += len(cell.source.rstrip("\n").split("\n")) if core else 0
-    return "\n".join(core_prose), core_lines, all_prose, cells
+    return "\n".join(core_prose), all_prose, cells
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_the_core_is_a_short_chapter(path):
-    core_prose, core_lines, _, _ = chapter(path)
-    assert words(core_prose) <= MAX_CORE_WORDS, (
-        f"{words(core_prose)} words before 'Going deeper' (at most {MAX_CORE_WORDS})"
+    found = reading_time.counts(path)
+    assert found.core_words <= MAX_CORE_WORDS, (
+        f"{found.core_words} words before 'Going deeper' (at most {MAX_CORE_WORDS})"
     )
-    assert core_lines <= MAX_CORE_LINES, (
-        f"{core_lines} visible code lines before 'Going deeper' (at most {MAX_CORE_LINES})"
+    assert found.core_lines <= MAX_CORE_LINES, (
+        f"{found.core_lines} visible code lines before 'Going deeper' (at most {MAX_CORE_LINES})"
     )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_core_teaches_keras_not_its_sources(path):
+    """The core talks about Keras and TF; the articles and the ledger stay in notes at most once."""
+    core_prose = chapter(path)[0]
+    for source in (r"\bthe articles?\b", r"\bledger rows?\b"):
+        found = len(re.findall(source, core_prose, re.I))
+        assert found <= 1, f"{source} {found} times before 'Going deeper' (at most once)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_visible_cells_teach_and_leave_checks_and_display_to_helpers(path):
-    for source in chapter(path)[3]:
+    for source in chapter(path)[2]:
         where = f"visible cell {source[:60]!r}..."
         lines = len(source.rstrip("\n").split("\n"))
         assert lines <= MAX_CELL_LINES, f"{where}: {lines} lines (at most {MAX_CELL_LINES})"
@@ -86,7 +76,7 @@ def test_visible_cells_teach_and_leave_checks_and_display_to_helpers(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_prose_is_plain_and_for_the_reader(path):
-    cells = chapter(path)[2]
+    cells = chapter(path)[1]
     text = "\n".join(cells)
     pieces = [piece for cell in cells for piece in re.split(r"(?<=[.!?])\s+", cell)]
     sentences = [piece for piece in pieces if words(piece) >= 3]

@@ -157,7 +157,7 @@ def stale_docs() -> list[Path]:
 
 
 def new(path: Path, title: str) -> None:
-    """Create a chapter notebook: title, setup cell, and the summary/exercises headings."""
+    """Create a chapter notebook: title, outcomes, setup cell, and the skeleton's headings."""
     if path.exists():
         raise FileExistsError(f"{path}: already exists; pick a new chapter file name")
     notebook = nbformat.v4.new_notebook()
@@ -167,9 +167,16 @@ def new(path: Path, title: str) -> None:
     )
     setup = nbformat.v4.new_code_cell(setup_source(), metadata={"tags": list(SETUP_TAGS)})
     notebook.cells = [
-        nbformat.v4.new_markdown_cell(f"# {title}\n\nWhat this chapter teaches, in two sentences."),
+        nbformat.v4.new_markdown_cell(f"# {title}\n\nThe problem this chapter solves."),
+        nbformat.v4.new_markdown_cell(
+            "**After this chapter you can:**\n- ...\n\n*About 5 minutes to read the core, 5 the "
+            "whole page; 1 minute to run. Builds on chapter 1.*"
+        ),
         setup,
-        nbformat.v4.new_markdown_cell("## Summary\n\n## Exercises"),
+        nbformat.v4.new_markdown_cell("## Summary"),
+        nbformat.v4.new_markdown_cell("## Practice"),
+        nbformat.v4.new_markdown_cell("## Going deeper: ..."),
+        nbformat.v4.new_markdown_cell("## Exercises"),
     ]
     nbformat.write(notebook, path)
 

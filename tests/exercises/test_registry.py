@@ -29,25 +29,40 @@ def chapters():
     return found
 
 
-def exercise_cells(path):
+#: The sections that list exercises: the core's practice, then the page's last section.
+SECTIONS = ("## Practice", "## Exercises")
+DEEPER = re.compile(r"^#+ .*going deeper", re.I | re.M)
+
+
+def exercise_sections(path):
+    """``[(heading, text, code cells, in_core)]``: each exercise section of a notebook, its
+    markdown, the code cells up to the next markdown cell, and whether it comes before the
+    chapter's first "Going deeper" heading."""
     cells = json.loads(path.read_text())["cells"]
-    section = next(
-        i
-        for i, cell in enumerate(cells)
-        if cell["cell_type"] == "markdown" and "## Exercises" in "".join(cell["source"])
-    )
-    return "".join(cells[section]["source"]), [
-        "".join(cell["source"]) for cell in cells[section + 1 :] if cell["cell_type"] == "code"
-    ]
+    found, core = [], True
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"])
+        heading = next((h for h in SECTIONS if text.startswith(h)), None)
+        if heading:
+            code = []
+            for later in cells[i + 1 :]:
+                if later["cell_type"] == "markdown":
+                    break
+                code.append("".join(later["source"]))
+            found.append((heading, text, code, core))
+        core = core and not DEEPER.search(text)
+    return found
 
 
 def listed_exercises():
     listed = []
     for number, path in chapters():
-        text, _ = exercise_cells(path)
-        found = LISTED.findall(text)
-        assert found and all(i.startswith(f"{number}.") for i, _ in found), (path.name, found)
-        listed += found
+        for _, text, _, _ in exercise_sections(path):
+            found = LISTED.findall(text)
+            assert found and all(i.startswith(f"{number}.") for i, _ in found), (path.name, found)
+            listed += found
     return listed
 
 
@@ -67,14 +82,23 @@ def test_every_exercise_has_checks_and_at_least_two_hints_none_of_them_code():
 
 def test_every_chapter_says_how_to_check_an_answer_and_every_solution_calls_check():
     for number, path in chapters():
-        text, code = exercise_cells(path)
-        first = LISTED.search(text).group(1)
-        assert f'`check("{first}", your_answer)`' in text.split("\n- ")[0], path.name
-        ids = [i for i, _ in LISTED.findall(text)]
-        solutions = [cell for cell in code if cell.startswith("# Solution to exercise")]
-        for exercise_id in ids:
-            calls = [cell for cell in solutions if f'assert check("{exercise_id}", ' in cell]
-            assert calls, f"{path.name}: no solution cell asserts check({exercise_id!r}, ...)"
+        for heading, text, code, _ in exercise_sections(path):
+            first = LISTED.search(text).group(1)
+            assert f'`check("{first}", your_answer)`' in text.split("\n- ")[0], (path.name, heading)
+            solutions = [cell for cell in code if cell.startswith("# Solution to exercise")]
+            for exercise_id, _ in LISTED.findall(text):
+                calls = [cell for cell in solutions if f'assert check("{exercise_id}", ' in cell]
+                assert calls, f"{path.name}: no solution cell asserts check({exercise_id!r}, ...)"
+
+
+def test_every_chapter_has_practice_in_its_core_before_going_deeper():
+    """A reader who stops at the Summary can practise: the Practice section, its exercises and
+    their solutions come before the first "Going deeper" heading (nbval runs the page from the
+    top, so a solution there cannot use anything defined after it)."""
+    for _, path in chapters():
+        headings = [(heading, core) for heading, _, _, core in exercise_sections(path)]
+        assert headings[0] == ("## Practice", True), (path.name, headings)
+        assert all(heading != "## Practice" or core for heading, core in headings), path.name
 
 
 def test_a_broken_answer_is_reported_not_raised(capsys):
