@@ -1,11 +1,20 @@
-"""Chapter 1, ops, layers and models: a convolution's ops, a layer's second call, retracing."""
+"""Chapter 1, ops, layers and models: a convolution's ops, a layer's second call, retracing,
+one trace for every batch size."""
 
 from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from companion.exercises._framework import MAPPING, Exercise, Kind, expect, keras_instance
 
+TF_FUNCTION = Kind(
+    "a tf.function (what tf.function(fn, ...) returns)",
+    lambda answer: (
+        hasattr(answer, "experimental_get_tracing_count") and hasattr(answer, "python_function")
+    ),
+)
 OP_NAMES = Kind(
     "a list, tuple or set of op names (each a str, such as 'MatMul')",
     lambda answer: (
@@ -168,6 +177,68 @@ def tensor_traces(answer, context):
     )
 
 
+#: Batch sizes the reader has not used, each a new input shape.
+NEW_BATCHES = (3, 77, 1000)
+FEATURES = 64
+
+
+def _batches_traced(answer, context):
+    """The traces that batches of 3, 77 and 1000 rows add, and the outputs, or the error."""
+    import tensorflow as tf
+
+    def make():
+        before = answer.experimental_get_tracing_count()
+        outputs = []
+        for rows in NEW_BATCHES:
+            batch = tf.random.stateless_normal([rows, FEATURES], seed=[1, rows])
+            try:
+                outputs.append((batch, answer(batch)))
+            except (TypeError, ValueError) as error:
+                expect(
+                    False,
+                    f"expected a batch of {rows} rows to be accepted, got {type(error).__name__} "
+                    "(is the batch axis of the input_signature fixed? write None for it: "
+                    f"tf.TensorSpec([None, {FEATURES}]))",
+                )
+        return answer.experimental_get_tracing_count() - before, outputs
+
+    return context.once("batches", make)
+
+
+def one_trace_for_new_batches(answer, context):
+    """Batches of 3, 77 and 1000 rows add at most one trace"""
+    added, _ = _batches_traced(answer, context)
+    why = (
+        " (one per batch size: tf.function traces every new input shape, unless an "
+        "input_signature with None as the batch axis says that any batch fits)"
+        if added >= len(NEW_BATCHES)
+        else " (an exact trace first, then a relaxed one, as reduce_retracing does; an "
+        "input_signature with None as the batch axis gives one trace from the start)"
+    )
+    expect(
+        added <= 1,
+        f"expected at most 1 new trace for batches of 3, 77 and 1000 rows, got {added}{why}",
+    )
+
+
+def same_outputs_as_eager(answer, context):
+    """Its outputs are the wrapped model's, run eagerly (10 per row)"""
+    _, outputs = _batches_traced(answer, context)
+    for batch, out in outputs:
+        expected = np.asarray(answer.python_function(batch))
+        got = np.asarray(out)
+        expect(
+            got.shape == (batch.shape[0], 10),
+            f"expected outputs of shape ({batch.shape[0]}, 10) (mlp's 10 units), got "
+            f"{got.shape} (wrap mlp itself)",
+        )
+        expect(
+            np.allclose(got, expected, rtol=1e-4, atol=1e-5),
+            f"expected the eager outputs within 1e-5, got a largest difference of "
+            f"{float(np.max(np.abs(got - expected))):.3g}",
+        )
+
+
 EXERCISES = (
     Exercise(
         "1.1",
@@ -202,6 +273,18 @@ EXERCISES = (
             "and again after the tensors, and subtract.",
             "Start from a fresh tf.function (graph_step has already traced a float32 scalar); "
             "a Python float is part of the signature, a tensor only by dtype and shape.",
+        ),
+    ),
+    Exercise(
+        "1.4",
+        "One trace for every batch size.",
+        TF_FUNCTION,
+        (one_trace_for_new_batches, same_outputs_as_eager),
+        (
+            "A tf.function keys its traces by the shapes and dtypes of its inputs: every new "
+            "batch size is a new shape. An input_signature fixes the trace's inputs in advance.",
+            "Pass input_signature=[tf.TensorSpec([None, 64], tf.float32)] to tf.function: None "
+            "for the batch axis, 64 for mlp's features. One trace then serves every batch.",
         ),
     ),
 )

@@ -42,3 +42,28 @@ def test_retracing(accepted, caught):
     caught("1.3", {"python_floats": 3, "tensors": 4}, r"running total")
     caught("1.3", {"python_floats": 1, "tensors": 1}, r"each new value retraces")
     caught("1.3", {"floats": 3, "tensors": 1}, r"needs keys 'python_floats' and 'tensors'")
+
+
+def _mlp():
+    return keras.Sequential(
+        [
+            keras.Input((64,)),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
+
+
+def test_one_trace_for_every_batch_size(accepted, caught):
+    mlp = _mlp()
+    accepted("1.4", tf.function(mlp, input_signature=[tf.TensorSpec([None, 64], tf.float32)]))
+    caught("1.4", tf.function(mlp, reduce_retracing=True), r"got 2 \(an exact trace first")
+    caught("1.4", tf.function(mlp), r"got 3 \(one per batch size.*None as the batch axis")
+    fixed = tf.function(mlp, input_signature=[tf.TensorSpec([32, 64], tf.float32)])
+    caught("1.4", fixed, r"batch of 3 rows.*batch axis of the input_signature fixed")
+    wrong_width = tf.function(
+        keras.Sequential([keras.Input((64,)), keras.layers.Dense(4)]),
+        input_signature=[tf.TensorSpec([None, 64], tf.float32)],
+    )
+    caught("1.4", wrong_width, r"shape \(3, 10\).*got \(3, 4\)")
