@@ -1,4 +1,4 @@
-"""Chapter 2, composing ops: entropy that trains, a learnable swish beta, a stable log-cosh."""
+"""Chapter 2, composing ops: entropy that trains, a stable log-cosh, a learnable swish beta."""
 
 from __future__ import annotations
 
@@ -232,18 +232,6 @@ EXERCISES = (
     ),
     Exercise(
         "2.2",
-        "Learnable beta in a layer.",
-        LAYER_CLASS,
-        (one_scalar_weight, output_is_swish, beta_grows_under_fit),
-        (
-            "A weight that fit trains is made with self.add_weight; the layer needs no "
-            "constructor arguments.",
-            "In build, make beta with self.add_weight (shape (), an 'ones' initializer) and "
-            "keep it as self.beta; in call, pass self.beta as swish's second argument.",
-        ),
-    ),
-    Exercise(
-        "2.3",
         "log-cosh without overflow.",
         FUNCTION,
         (log_cosh_float64, log_cosh_finite_float32, log_cosh_gradient),
@@ -252,6 +240,18 @@ EXERCISES = (
             "exponential of a large number is left.",
             "log(cosh(x)) = |x| + log(1 + exp(-2|x|)) - log 2; the middle term is "
             "softplus(-2|x|), and log 2 needs the input's dtype.",
+        ),
+    ),
+    Exercise(
+        "2.3",
+        "Learnable beta in a layer.",
+        LAYER_CLASS,
+        (one_scalar_weight, output_is_swish, beta_grows_under_fit),
+        (
+            "A weight that fit trains is made with self.add_weight; the layer needs no "
+            "constructor arguments.",
+            "In build, make beta with self.add_weight (shape (), an 'ones' initializer) and "
+            "keep it as self.beta; in call, pass self.beta as swish's second argument.",
         ),
     ),
 )
