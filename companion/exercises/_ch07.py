@@ -1,4 +1,5 @@
-"""Chapter 7, custom training loops: per-layer learning rates, gradient accumulation, skipping."""
+"""Chapter 7, custom training loops: a loop that matches model.fit, per-layer learning rates,
+gradient accumulation, skipping."""
 
 from __future__ import annotations
 
@@ -7,6 +8,169 @@ import numpy as np
 from companion.exercises._framework import FUNCTION, Exercise, expect
 
 SIDE, META, CLASSES = 16, 10, 6
+#: The loop exercise: 100 examples in batches of 32 (the last holds 4), 3 epochs of SGD.
+FEATURES, EXAMPLES, BATCH, EPOCHS, RATE = 6, 100, 32, 3, 0.1
+SIZES = (32, 32, 32, 4)
+
+
+def _fit_model(penalty=0.01):
+    """A small classifier with an L2 penalty and a BatchNormalization layer: the same initial
+    weights with or without the penalty (a regularizer draws no random numbers)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    regularizer = keras.regularizers.L2(penalty) if penalty else None
+    return keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(16, kernel_regularizer=regularizer, name="hidden"),
+            keras.layers.BatchNormalization(name="norm"),
+            keras.layers.Activation("relu"),
+            keras.layers.Dense(3, activation="softmax", name="classes"),
+        ],
+        name="classifier",
+    )
+
+
+def _fit_data():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(EXAMPLES, FEATURES)).astype("float32")
+    y = np.argmax(x[:, :3] + 0.5 * x[:, 3:], axis=1)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+
+
+def _keras_fit(context, penalty=0.01):
+    """model.fit's final weights, history['loss'] and each batch's loss (from its running
+    means), from the answer's initial weights."""
+    import keras
+    import tensorflow as tf
+
+    class RunningMeans(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.means = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.means.append([])
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.means[-1].append(float(logs["loss"]))
+
+    def make():
+        with tf.device("/CPU:0"):  # the same arithmetic on every machine: no TF32, no XLA
+            model = _fit_model(penalty)
+            model.compile(
+                keras.optimizers.SGD(RATE),
+                keras.losses.SparseCategoricalCrossentropy(),
+                jit_compile=False,
+            )
+            running = RunningMeans()
+            history = model.fit(
+                _fit_data(), epochs=EPOCHS, shuffle=False, verbose=0, callbacks=[running]
+            ).history
+        counts = np.cumsum(SIZES)
+        batch_losses = [
+            [(m * n - p * q) / s for m, n, p, q, s in zip(e, counts, [0, *e], [0, *counts], SIZES)]
+            for e in running.means
+        ]
+        return model.get_weights(), [float(v) for v in history["loss"]], batch_losses
+
+    return context.once(f"keras_fit_{penalty}", make)
+
+
+def _trained(answer, context):
+    """The model the answer trained, its optimizer, and the losses it returned."""
+    import keras
+    import tensorflow as tf
+
+    def make():
+        with tf.device("/CPU:0"):
+            model, optimizer = _fit_model(), keras.optimizers.SGD(RATE)
+            losses = answer(
+                model, optimizer, keras.losses.SparseCategoricalCrossentropy(), _fit_data(), EPOCHS
+            )
+        return model, optimizer, losses
+
+    return context.once("trained", make)
+
+
+def one_step_per_batch(answer, context):
+    """The optimizer took 12 steps: 3 epochs of 4 batches, the smaller last batch included"""
+    _, optimizer, _ = _trained(answer, context)
+    steps = int(optimizer.iterations)
+    likely = ""
+    if steps == 0:
+        likely = " (apply the gradients with the optimizer passed in)"
+    elif steps == EPOCHS * (len(SIZES) - 1):
+        likely = " (the last batch, of 4 examples, left out?)"
+    elif steps == len(SIZES):
+        likely = " (one epoch only: loop over range(epochs))"
+    expect(steps == EPOCHS * len(SIZES), f"expected 12 optimizer steps, got {steps}{likely}")
+
+
+def _largest_gap(weights, reference):
+    return max(float(np.max(np.abs(u - v))) for u, v in zip(weights, reference))
+
+
+def same_weights_as_fit(answer, context):
+    """The weights (the moving statistics too) equal model.fit's within 1e-5"""
+    model, _, _ = _trained(answer, context)
+    reference, _, _ = _keras_fit(context)
+    gaps = [float(np.max(np.abs(u - v))) for u, v in zip(model.get_weights(), reference)]
+    if max(gaps) < 1e-5:
+        return
+    where = model.weights[int(np.argmax(gaps))].path
+    likely = ""
+    if not np.any(model.get_layer("norm").moving_mean.numpy()):
+        likely = (
+            " (BatchNormalization's moving mean never moved: call the model with "
+            "training=True in the training step)"
+        )
+    elif _largest_gap(model.get_weights(), _keras_fit(context, penalty=0)[0]) < 1e-5:
+        likely = (
+            " (they equal model.fit's without the L2 penalty: add sum(model.losses) to the "
+            "loss inside the tape)"
+        )
+    expect(
+        False,
+        f"expected model.fit's weights within 1e-5, got a gap of {max(gaps):.2g} in "
+        f"{where}{likely}",
+    )
+
+
+def same_losses_as_fit(answer, context):
+    """The losses it returns equal model.fit's history['loss'] within 1e-5"""
+    _, _, losses = _trained(answer, context)
+    _, expected, batch_losses = _keras_fit(context)
+    expect(
+        isinstance(losses, (list, tuple)) and len(losses) == EPOCHS,
+        f"expected a list of {EPOCHS} losses, one per epoch, got {type(losses).__name__}"
+        + (f" of {len(losses)}" if isinstance(losses, (list, tuple)) else ""),
+    )
+    got = [float(loss) for loss in losses]
+    if max(abs(a - b) for a, b in zip(got, expected)) < 1e-5:
+        return
+
+    def near(values):
+        return max(abs(a - b) for a, b in zip(got, values)) < 1e-4
+
+    likely = ""
+    if near([float(np.mean(epoch)) for epoch in batch_losses]):
+        likely = (
+            " (a plain mean of the batch means: the last batch holds 4 examples, so weight "
+            "each batch's loss by its size, as model.fit does)"
+        )
+    elif near([float(np.mean(expected[: e + 1])) for e in range(EPOCHS)]):
+        likely = " (a running mean never reset: start it again at every epoch)"
+    elif all(a < b - 1e-4 for a, b in zip(got, expected)):
+        likely = " (model.fit's loss includes the L2 penalty, sum(model.losses))"
+    shown = ", ".join(f"{v:.4f}" for v in got)
+    expect(
+        False,
+        f"expected {', '.join(f'{v:.4f}' for v in expected)}, got {shown}{likely}",
+    )
 
 
 def _model(seed=0):
@@ -205,6 +369,21 @@ def finite_after_skip(answer, context):
 EXERCISES = (
     Exercise(
         "7.1",
+        "A loop that matches `model.fit`.",
+        FUNCTION,
+        (one_step_per_batch, same_weights_as_fit, same_losses_as_fit),
+        (
+            "model.fit's step runs the model in training mode, adds the layers' penalties to "
+            "the loss inside the tape, and applies the gradients once per batch. Its "
+            "history['loss'] is each epoch's mean loss per example, started afresh every epoch.",
+            "Inside the tape, the loss is loss_fn(y, model(x, training=True)) + "
+            "sum(model.losses). For each epoch, start a total and a count at 0; for every "
+            "batch add float(loss) times the batch's size to the total and the size to the "
+            "count; append total / count at the epoch's end.",
+        ),
+    ),
+    Exercise(
+        "7.2",
         "Per-layer learning rates.",
         FUNCTION,
         (image_branch_slow, the_rest_fast),
@@ -217,7 +396,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "7.2",
+        "7.3",
         "Gradient accumulation.",
         FUNCTION,
         (applied_once, same_as_full_batch),
@@ -230,7 +409,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "7.3",
+        "7.4",
         "Skip instead of stop.",
         FUNCTION,
         (one_skipped, finite_after_skip),
