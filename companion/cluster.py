@@ -1,16 +1,18 @@
 """Several workers on one machine: chapter 10's harness.
 
-``run_workers`` starts the same Python source in several fresh processes, each with the
-``TF_CONFIG`` of one task of a cluster on 127.0.0.1 (free ports, one per worker), as a cluster
-manager would on several machines. ``tf.distribute.MultiWorkerMirroredStrategy`` reads that
-variable, so the source trains exactly as it would on a real cluster, and a test can check what
-each worker ended with (``variables_digest`` prints a short fingerprint of a model's weights).
-When one worker fails or the time runs out, every worker is killed, with any process it started.
+``run_workers`` starts the same Python source (or a function, sent as its source) in several
+fresh processes, each with the ``TF_CONFIG`` of one task of a cluster on 127.0.0.1 (free ports,
+one per worker), as a cluster manager would on several machines.
+``tf.distribute.MultiWorkerMirroredStrategy`` reads that variable, so the source trains exactly
+as it would on a real cluster, and a test can check what each worker ended with
+(``variables_digest`` prints a short fingerprint of a model's weights). When one worker fails or
+the time runs out, every worker is killed, with any process it started.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import signal
@@ -18,8 +20,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +37,14 @@ from companion._checks import (
 )
 from companion.notebook import child_environment
 
-__all__ = ["MAX_WORKERS", "WorkerError", "WorkerResult", "run_workers", "variables_digest"]
+__all__ = [
+    "MAX_WORKERS",
+    "WorkerError",
+    "WorkerResult",
+    "run_workers",
+    "variables_digest",
+    "worker_source",
+]
 
 #: The most workers ``run_workers`` starts: each is a TensorFlow process of its own.
 MAX_WORKERS = 16
@@ -120,17 +131,100 @@ def _kill(process: subprocess.Popen) -> None:
 
 
 def _tail(text: str) -> str:
-    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:]) or "(empty)"
+    """The last ``TAIL_LINES`` lines of ``text``, more if needed to hold its last exception whole
+    (from the exception's first line after the last ``Traceback`` header)."""
+    lines = text.rstrip().splitlines()
+    start = max(len(lines) - TAIL_LINES, 0)
+    headers = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if headers:
+        after = range(headers[-1] + 1, len(lines))
+        raised = next((i for i in after if lines[i] and not lines[i][0].isspace()), start)
+        start = min(start, raised)
+    return "\n".join(lines[start:]) or "(empty)"
+
+
+def _function_source(function: Callable[[], object], name: str) -> str:
+    """The definition of a module-level function, dedented, for a worker to run."""
+    if not isinstance(function, types.FunctionType) or function.__name__ == "<lambda>":
+        raise TypeError(
+            f"{name}: expected Python source (a str) or a def function, got {describe(function)}"
+        )
+    if function.__code__.co_freevars:
+        raise ValueError(
+            f"{name}: {function.__name__} uses variables of an enclosing function "
+            f"({', '.join(function.__code__.co_freevars)}); a worker gets only its source, so "
+            "define it at the top level and import or pass what it needs"
+        )
+    try:
+        return textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError) as error:
+        raise ValueError(
+            f"{name}: the source of {function.__name__} cannot be read ({error}); define it in "
+            "a file or a notebook cell, or pass its source as a str"
+        ) from error
+
+
+def worker_source(
+    source: str | Callable[[], object] | Sequence[str | Callable[[], object]],
+) -> str:
+    """The Python source each worker runs, from a str, a function, or a list of them.
+
+    A str is used as is. A function is replaced by its definition (``inspect.getsource``): it
+    runs in a fresh process, so it imports what it uses and reads no variable of this one. The
+    pieces are joined in order; when the last is a function, a call to it (no arguments)
+    follows, so the others are the helpers it calls.
+
+    Args:
+        source: A str of Python source, a function defined with ``def`` at the top level of a
+            file or a notebook cell, or a non-empty list or tuple of these.
+
+    Returns:
+        The source, ready for ``python -c``.
+
+    Raises:
+        TypeError: If a piece is neither a str nor such a function, or ``source`` is another
+            type.
+        ValueError: If a str is empty, the list is empty, a function is a closure, or its
+            source cannot be read.
+
+    Example:
+        >>> def hello():
+        ...     print("hello")
+        >>> worker_source(hello).splitlines()[-1]  # the definition, then the call
+        'hello()'
+
+    Taught in chapter 10, "A cluster on one machine".
+    """
+    pieces = source if isinstance(source, (list, tuple)) else [source]
+    if not pieces:
+        raise ValueError(
+            "source: expected Python source, a function or a non-empty list of "
+            "them, got an empty list"
+        )
+    texts = []
+    for index, piece in enumerate(pieces):
+        name = "source" if pieces is not source else f"source[{index}]"
+        if isinstance(piece, str):
+            texts.append(check_str(piece, name, "non-empty Python source (a str)"))
+        else:
+            texts.append(_function_source(piece, name))
+    if not isinstance(pieces[-1], str):
+        texts.append(f"{pieces[-1].__name__}()\n")
+    return "\n\n".join(text.rstrip("\n") + "\n" for text in texts)
 
 
 def run_workers(
-    source: str,
+    source: str | Callable[[], object] | Sequence[str | Callable[[], object]],
     num_workers: int = 2,
     *,
     timeout: float = 300.0,
     env: Mapping[str, str] | None = None,
 ) -> list[WorkerResult]:
     """Run ``source`` in ``num_workers`` fresh Python processes, as the workers of one cluster.
+
+    ``source`` is Python source, or a function (or a list of pieces) that
+    :func:`worker_source` turns into source: ``run_workers(train, 2)`` runs ``train()`` in two
+    workers.
 
     Worker ``i`` gets ``TF_CONFIG`` for task ``i`` of a cluster of free ports on 127.0.0.1, this
     interpreter, and the environment of :func:`companion.notebook.child_environment`. The
@@ -139,7 +233,8 @@ def run_workers(
     :class:`WorkerError` names the worker and quotes the end of its stderr.
 
     Args:
-        source: Python source, run with ``python -c`` in every worker.
+        source: Python source, a function or a list of them (see :func:`worker_source`), run
+            with ``python -c`` in every worker.
         num_workers: How many workers, an int from 1 to ``MAX_WORKERS``.
         timeout: Seconds for the whole job: > 0, at most ``MAX_TIMEOUT``.
         env: Extra environment variables (str to str), or None.
@@ -149,8 +244,10 @@ def run_workers(
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If ``source`` is empty or a number is out of range.
-        WorkerError: If a worker fails or the job times out.
+        ValueError: If ``source`` is empty or a function's source cannot be sent (see
+            :func:`worker_source`), or a number is out of range.
+        WorkerError: If a worker fails or the job times out; its message quotes the end of
+            the failed worker's stderr, with the worker's last exception whole.
 
     Example:
         >>> results = run_workers("import json, os; "
@@ -160,7 +257,7 @@ def run_workers(
 
     Taught in chapter 10, "A cluster on one machine".
     """
-    source = check_str(source, "source", "non-empty Python source (a str)")
+    source = worker_source(source)
     num_workers = check_int(num_workers, "num_workers", minimum=1, maximum=MAX_WORKERS)
     timeout = check_real(timeout, "timeout", above=0, maximum=MAX_TIMEOUT)
     base_env = child_environment(env)

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from small_models import dense
 
-from companion.cluster import WorkerError, WorkerResult, run_workers, variables_digest
+from companion.cluster import (
+    WorkerError,
+    WorkerResult,
+    run_workers,
+    variables_digest,
+    worker_source,
+)
 
 REPORT = """
 import json, os, sys
@@ -82,6 +88,49 @@ def test_the_timeout_kills_every_worker(tmp_path):
         run_workers(source, env={"FOLDER": str(tmp_path)}, timeout=3)
     pids = [int(p.name) for p in tmp_path.iterdir()]
     assert len(pids) == 2 and survivors(pids) == []
+
+
+def index_and_greeting(greeting):  # a helper: its definition travels with the entry point
+    import json
+    import os
+
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    return f"{index} {greeting}"
+
+
+def report():
+    print(index_and_greeting("hello"))
+
+
+def test_functions_run_in_the_workers_by_their_source():
+    results = run_workers([index_and_greeting, report], 2, timeout=60)
+    assert [r.stdout.split() for r in results] == [["0", "hello"], ["1", "hello"]]
+    assert worker_source(report).endswith("report()\n")
+    assert worker_source(["x = 1", "print(x)"]) == "x = 1\n\n\nprint(x)\n"  # no call added
+
+
+def test_functions_a_worker_cannot_run_are_refused():
+    greeting = "hello"
+
+    def closure():
+        print(greeting)
+
+    with pytest.raises(ValueError, match=r"^source: closure uses variables of an enclosing"):
+        run_workers(closure)
+    with pytest.raises(TypeError, match=r"^source\[1\]: expected Python source \(a str\) or"):
+        run_workers([report, lambda: None])
+    with pytest.raises(TypeError, match=r"^source: expected Python source \(a str\) or a def"):
+        run_workers(print)
+    with pytest.raises(ValueError, match=r"^source: expected Python source, a function or a"):
+        run_workers([])
+
+
+def test_the_error_quotes_a_long_exception_whole():
+    source = "raise ValueError('first line\\n' + '\\n'.join(map(str, range(30))))"
+    with pytest.raises(WorkerError) as caught:
+        run_workers(source, 1, timeout=60)
+    assert "\nValueError: first line\n0\n1\n" in str(caught.value)
+    assert str(caught.value).endswith("\n29")
 
 
 def test_digest_is_the_same_for_the_same_bits_only():
