@@ -1,17 +1,326 @@
-"""Chapter 8, customising fit: a callback that stops at a target, temperature scaling, a loss."""
+"""Chapter 8, customising fit: a step with sample weights, a step that clips the global norm,
+a callback that stops at a target, temperature scaling, a loss."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from companion._checks import describe
 from companion.exercises._framework import (
     CALLBACK_CLASS,
     FUNCTION,
+    MODEL_CLASS,
     Exercise,
     Failed,
     expect,
     keras_subclass,
 )
+from companion.notebook import describe_error
+
+EPOCHS = 2  # two: a metric that fit does not reset shows in the second epoch's logs
+WEIGHT_ATOL, LOG_RTOL = 1e-6, 1e-5
+STEP = (
+    "compute the loss with self.compute_loss(x, y, y_pred, sample_weight) and apply its "
+    "gradients to self.trainable_variables"
+)
+CLIP = "scale all the gradients by min(1, clip_norm / their global norm) before applying them"
+IGNORED_WEIGHTS = (
+    "it trained as if every sample weight were 1: pass sample_weight to self.compute_loss"
+)
+
+
+def _regressor_data(weighted=False):
+    """The chapter's 64 examples in batches of 8, with a sample weight each if ``weighted``."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(64, 3)).astype("float32")
+    targets = 5 * features @ np.array([[1.0], [2.0], [3.0]], "float32")
+    weights = np.random.default_rng(1).uniform(0, 2, size=64).astype("float32")
+    arrays = (features, targets, weights) if weighted else (features, targets)
+    return tf.data.Dataset.from_tensor_slices(arrays).batch(8)
+
+
+def _built(answer, kwargs, start=None):
+    """``answer(**kwargs)``, built for 3 features, with the weights ``start`` if given."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = answer(**kwargs)
+    model(np.zeros((1, 3), "float32"))
+    if start is not None:
+        model.set_weights(start)
+    return model
+
+
+def _fit(model, optimizer, weighted, **metrics):
+    """(history, weights) after EPOCHS epochs of fit, in the data's order, without XLA."""
+    model.compile(optimizer, "mse", jit_compile=False, **metrics)
+    data = _regressor_data(weighted)
+    history = model.fit(data, epochs=EPOCHS, verbose=0, shuffle=False).history
+    return history, model.get_weights()
+
+
+def _kwargs(clip_norm):
+    return {} if clip_norm is None else {"clip_norm": clip_norm}
+
+
+def _start(answer, context, clip_norm):
+    """The initial weights of every run with this ``clip_norm``: the answer's and Keras's."""
+    import tensorflow as tf
+
+    def make():
+        with tf.device("/CPU:0"):
+            return _built(answer, _kwargs(clip_norm)).get_weights()
+
+    return context.once(f"start {clip_norm}", make)
+
+
+def _ours(answer, context, clip_norm=None):
+    """(history, {path: weight}, {path: initial weight}) of the answer's own step under fit."""
+
+    def make():
+        import keras
+        import tensorflow as tf
+
+        kwargs, start = _kwargs(clip_norm), _start(answer, context, clip_norm)
+        with tf.device("/CPU:0"):  # the same numbers on every machine: no TF32, no GPU kernels
+            model = _built(answer, kwargs, start)
+            try:
+                history, weights = _fit(
+                    model, keras.optimizers.SGD(0.01), True, weighted_metrics=["mae"]
+                )
+            except Exception as error:  # noqa: BLE001 - diagnosed, or reported as it came
+                _diagnose(answer, kwargs)
+                raise error
+        paths = [w.path for w in model.weights]
+        return history, dict(zip(paths, weights)), dict(zip(paths, start))
+
+    return context.once(f"ours {clip_norm}", make)
+
+
+def _diagnose(answer, kwargs):
+    """Raise Failed naming the mistake if one direct call of the step shows it: it takes only
+    (x, y) batches, or returns no logs."""
+    import keras
+
+    def step(weighted):
+        model = _built(answer, kwargs)
+        model.compile(keras.optimizers.SGD(0.01), "mse", weighted_metrics=["mae"])
+        return model.train_step(next(iter(_regressor_data(weighted))))  # eagerly, once
+
+    try:
+        logs = step(True)
+    except Exception as error:  # noqa: BLE001 - the answer's own error, reported
+        try:
+            step(False)
+        except Exception:  # noqa: BLE001 - it fails either way: fit's error is reported
+            return
+        raise Failed(
+            f"expected the step to take batches of (x, y, sample_weight), got "
+            f"{describe_error(error)}, while (x, y) batches run (unpack each batch with "
+            "keras.utils.unpack_x_y_sample_weight)"
+        ) from None
+    expect(
+        isinstance(logs, dict) and {"loss", "mae"} <= set(logs),
+        f"expected train_step to return the logs, a dict with 'loss' and 'mae', got "
+        f"{describe(logs)} (return each metric's result by its name)",
+    )
+
+
+def _keras(answer, context, clip_norm=None, weighted=True, **clipping):
+    """(history, weights) of Keras's own step (a plain ``keras.Model`` around a copy of the
+    answer's network, from the same weights) with ``SGD(0.01, **clipping)``. Its logs hold
+    ``mae`` (unweighted, as ``metrics=`` logs it) and ``weighted_mae``."""
+
+    def make():
+        import keras
+        import tensorflow as tf
+
+        kwargs, start = _kwargs(clip_norm), _start(answer, context, clip_norm)
+        with tf.device("/CPU:0"):
+            network = _built(answer, kwargs, start)
+            inputs = keras.Input((3,))
+            model = keras.Model(inputs, network(inputs))  # keras.Model's train_step
+            optimizer = keras.optimizers.SGD(0.01, **clipping)
+            mae = keras.metrics.MeanAbsoluteError
+            return _fit(
+                model,
+                optimizer,
+                weighted,
+                metrics=[mae(name="mae")],
+                weighted_metrics=[mae(name="weighted_mae")],
+            )
+
+    return context.once(f"keras {clip_norm} {weighted} {sorted(clipping.items())}", make)
+
+
+def _gap(ours, theirs):
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs))
+
+
+def _weights_check(answer, context, clip_norm, reference, what, mistakes, otherwise=STEP):
+    """The answer's weights against Keras's step with ``SGD(0.01, **reference)``.
+
+    ``mistakes`` are ``(clipping, weighted, mistake)``: Keras's step that a likely mistake
+    reproduces, and the mistake's name; ``otherwise`` is said when none of them does.
+    """
+    _, weights, before = _ours(answer, context, clip_norm)
+    _, theirs = _keras(answer, context, clip_norm, **reference)
+    gap = _gap(weights.values(), theirs)
+    if gap < WEIGHT_ATOL:
+        return
+    frozen = [path for path, value in weights.items() if np.array_equal(value, before[path])]
+    likely = otherwise
+    if frozen:
+        likely = (
+            f"{', '.join(frozen)} never moved: pass self.trainable_variables to tape.gradient "
+            "and to self.optimizer.apply"
+        )
+    else:
+        for clipping, weighted, mistake in mistakes:
+            _, other = _keras(answer, context, clip_norm, weighted, **clipping)
+            if _gap(weights.values(), other) < WEIGHT_ATOL:
+                likely = mistake
+                break
+    raise Failed(
+        f"expected the weights of {what} within 1e-6 after {EPOCHS} epochs, got a "
+        f"difference of {gap:.3g} ({likely})"
+    )
+
+
+def _logged(history, name):
+    expect(
+        name in history,
+        f"expected the logs to hold {name!r}, got {sorted(history)} (return a dict of each "
+        "metric's result, by the metric's name)",
+    )
+    return np.asarray(history[name], "float64")
+
+
+def _close(ours, theirs):
+    return np.allclose(ours, theirs, rtol=LOG_RTOL, atol=0.0)
+
+
+def _log_check(answer, context, clip_norm, reference, ours, keras_name):
+    """The answer's logged ``ours`` against Keras's ``keras_name`` under ``SGD(**reference)``."""
+    history, weights, _ = _ours(answer, context, clip_norm)
+    logged = _logged(history, ours)
+    keras_history, theirs = _keras(answer, context, clip_norm, **reference)
+    expected = np.asarray(keras_history[keras_name], "float64")
+    if _close(logged, expected):
+        return
+    right_weights = _gap(weights.values(), theirs) < WEIGHT_ATOL
+    if not np.any(logged):
+        likely = "nothing was added to the metric: update_state it in every step"
+    elif ours == "mae" and _close(logged, keras_history["mae"]):
+        likely = "the MAE is not weighted: pass sample_weight to its update_state"
+    elif right_weights and _close(logged[:1], expected[:1]):
+        likely = (
+            "the first epoch is right: list the metric in the metrics property, which fit resets"
+        )
+    elif right_weights:
+        likely = (
+            "the weights are right: return a metric's result, the mean over the epoch so far, "
+            "not the last batch's value"
+        )
+    elif ours == "loss" and _close(
+        logged, _keras(answer, context, clip_norm, False, **reference)[0]["loss"]
+    ):
+        likely = IGNORED_WEIGHTS
+    else:
+        likely = "the weights differ too: see the check on the weights"
+    shown = ", ".join(f"{value:.4f}" for value in expected)
+    got = ", ".join(f"{value:.4f}" for value in logged)
+    raise Failed(
+        f"expected the logged {ours} of Keras's step in the {EPOCHS} epochs ({shown}) within "
+        f"rtol 1e-5, got {got} ({likely})"
+    )
+
+
+def logs_loss_and_mae(answer, context):
+    """fit runs the step on batches of (x, y, sample_weight); its logs hold loss and mae"""
+    history, _, _ = _ours(answer, context)
+    for name in ("loss", "mae"):
+        _logged(history, name)
+
+
+def step_weights_like_keras(answer, context):
+    """After 2 epochs the weights equal those of Keras's own step within 1e-6"""
+    _weights_check(
+        answer,
+        context,
+        None,
+        {},
+        "Keras's step (keras.Model, SGD(0.01))",
+        [({}, False, IGNORED_WEIGHTS)],
+    )
+
+
+def loss_like_keras(answer, context):
+    """The logged loss equals Keras's in both epochs (rtol 1e-5)"""
+    _log_check(answer, context, None, {}, "loss", "loss")
+
+
+def mae_weighted_like_keras(answer, context):
+    """The logged MAE is weighted, as compile(weighted_metrics=["mae"]) logs it"""
+    _log_check(answer, context, None, {}, "mae", "weighted_mae")
+
+
+def _clip_mistakes(clip_norm):
+    return [
+        (
+            {"clipnorm": clip_norm},
+            True,
+            f"each gradient was clipped to {clip_norm} on its own, as SGD(clipnorm={clip_norm}) "
+            "does: clip their global norm with tf.clip_by_global_norm",
+        ),
+        ({}, True, "the gradients were not clipped: apply the list tf.clip_by_global_norm returns"),
+        ({"global_clipnorm": clip_norm}, False, IGNORED_WEIGHTS),
+    ]
+
+
+def clips_like_keras(answer, context):
+    """With clip_norm=0.5 the weights equal those of SGD(global_clipnorm=0.5) within 1e-6"""
+    _weights_check(
+        answer,
+        context,
+        0.5,
+        {"global_clipnorm": 0.5},
+        "keras.Model with SGD(0.01, global_clipnorm=0.5)",
+        _clip_mistakes(0.5),
+        CLIP,
+    )
+
+
+def follows_clip_norm(answer, context):
+    """With clip_norm=2.0 they equal those of SGD(global_clipnorm=2.0)"""
+    _, low, _ = _ours(answer, context, 0.5)
+    _, high, _ = _ours(answer, context, 2.0)
+    if _gap(low.values(), high.values()) == 0:
+        _, unclipped = _keras(answer, context, 2.0)
+        expect(
+            _gap(high.values(), unclipped) < WEIGHT_ATOL,
+            "expected different weights for clip_norm=0.5 and clip_norm=2.0, got the same "
+            "(clip to self.clip_norm, the value the model was made with, not to a number of "
+            "your own)",
+        )
+    _weights_check(
+        answer,
+        context,
+        2.0,
+        {"global_clipnorm": 2.0},
+        "keras.Model with SGD(0.01, global_clipnorm=2.0)",
+        _clip_mistakes(2.0),
+        CLIP,
+    )
+
+
+def clipped_logs_like_keras(answer, context):
+    """With clip_norm=0.5 the logged loss and weighted MAE equal Keras's (rtol 1e-5)"""
+    _log_check(answer, context, 0.5, {"global_clipnorm": 0.5}, "loss", "loss")
+    _log_check(answer, context, 0.5, {"global_clipnorm": 0.5}, "mae", "weighted_mae")
+
 
 TARGET = 3.5  # the regressor's epoch losses: ... 3.99, 3.68, 3.35, ...: first below at epoch 9
 
@@ -207,6 +516,32 @@ def config_round_trip(answer, context):
 EXERCISES = (
     Exercise(
         "8.1",
+        "A step that honours sample weights.",
+        MODEL_CLASS,
+        (logs_loss_and_mae, step_weights_like_keras, loss_like_keras, mae_weighted_like_keras),
+        (
+            "fit hands train_step each batch as one tuple; with sample weights it holds three "
+            "parts. Every place that uses y_pred with y can take the weights too.",
+            "Unpack the batch with keras.utils.unpack_x_y_sample_weight, pass sample_weight to "
+            "self.compute_loss and to the MAE's update_state, and return each metric's result "
+            "by its name, as InlineModel does.",
+        ),
+    ),
+    Exercise(
+        "8.2",
+        "Clip the global norm.",
+        MODEL_CLASS,
+        (clips_like_keras, follows_clip_norm, clipped_logs_like_keras),
+        (
+            "Store clip_norm in __init__. The global norm is the norm of all the gradients "
+            "taken as one long vector, and one factor scales them all.",
+            "Between tape.gradient and self.optimizer.apply, replace the gradients by the "
+            "first value tf.clip_by_global_norm(gradients, self.clip_norm) returns; keep the "
+            "sample weights and the metrics of exercise 8.1.",
+        ),
+    ),
+    Exercise(
+        "8.3",
         "Stop at a target.",
         CALLBACK_CLASS,
         (stops_early, ends_below, first_epoch_below, whole_epochs),
@@ -217,7 +552,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "8.2",
+        "8.4",
         "Temperature scaling.",
         FUNCTION,
         (chapter_temperature, other_temperature),
@@ -229,7 +564,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "8.3",
+        "8.5",
         "A loss with label smoothing.",
         keras_subclass("losses.Loss"),
         (matches_keras, weights_like_keras, config_round_trip),
