@@ -83,6 +83,71 @@ def test_inverted_dropout(accepted, caught):
     caught("4.2", RateNotInConfig, r"rate 0.3 after from_config\(get_config\(\)\), got 0.5")
 
 
+# The fresh process of 4.3 imports this module (its folder is on the parent's path) to find them.
+@keras.saving.register_keras_serializable(package="test_ch04")
+class RBF(keras.layers.Layer):
+    def __init__(self, units, gamma=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.gamma = units, gamma
+
+    def build(self, input_shape):
+        self.centers = self.add_weight(shape=(input_shape[-1], self.units), name="centers")
+
+    def call(self, inputs):
+        difference = keras.ops.expand_dims(inputs, -1) - self.centers
+        return keras.ops.exp(-self.gamma * keras.ops.sum(difference**2, axis=1))
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units, "gamma": self.gamma}
+
+
+class RBFNotRegistered(RBF):
+    pass
+
+
+@keras.saving.register_keras_serializable(package="test_ch04")
+class RBFGammaNotInConfig(RBF):
+    def get_config(self):
+        return {**keras.layers.Layer.get_config(self), "units": self.units}
+
+
+@keras.saving.register_keras_serializable(package="test_ch04")
+class RBFWeightsInInit(RBF):
+    def __init__(self, units, gamma=1.0, input_dim=4, **kwargs):
+        super().__init__(units, gamma, **kwargs)
+        self.centers = self.add_weight(shape=(input_dim, units), name="centers")
+
+    def build(self, input_shape):
+        pass
+
+
+@keras.saving.register_keras_serializable(package="test_ch04")
+class RBFWeightsInCall(RBF):
+    def build(self, input_shape):
+        pass
+
+    def call(self, inputs):
+        self.centers = self.add_weight(shape=(inputs.shape[-1], self.units), name="centers")
+        return super().call(inputs)
+
+
+#: As a class written in a notebook cell: registered, but in ``__main__``.
+RBFInMain = keras.saving.register_keras_serializable(package="test_ch04")(
+    type("RBFInMain", (RBF,), {"__module__": "__main__"})
+)
+
+
+def test_a_layer_that_survives_a_fresh_process_reload(accepted, caught):
+    accepted("4.3", RBF)
+    caught("4.3", RBFNotRegistered, r"unregistered.*register_keras_serializable")
+    caught("4.3", RBFNotRegistered, r"fresh process that imports test_ch04, got .*RBFNotReg")
+    caught("4.3", RBFGammaNotInConfig, r"default gamma=1\.0: is gamma in get_config")
+    caught("4.3", RBFGammaNotInConfig, r"max \|difference\| .*gamma too, in get_config")
+    caught("4.3", RBFWeightsInInit, r"no weights before .* got 1 \(created in __init__")
+    caught("4.3", RBFWeightsInCall, r"got none \(created in call")
+    caught("4.3", RBFInMain, r"defined in the notebook itself \(__main__")
+
+
 class NormResidualBlock(ResidualBlock):
     def __init__(self, units, norm=True, **kwargs):
         super().__init__(units, **kwargs)
@@ -123,7 +188,7 @@ class NormNotInConfig(NormResidualBlock):
 
 
 def test_a_normalised_residual_block(accepted, caught):
-    accepted("4.3", NormResidualBlock)
-    caught("4.3", NormsTheShortcutToo, r"shortcut left unnormalised")
-    caught("4.3", NormNotBuilt, r"expected 7 weights after build.*built in build")
-    caught("4.3", NormNotInConfig, r"norm=True after from_config")
+    accepted("4.4", NormResidualBlock)
+    caught("4.4", NormsTheShortcutToo, r"shortcut left unnormalised")
+    caught("4.4", NormNotBuilt, r"expected 7 weights after build.*built in build")
+    caught("4.4", NormNotInConfig, r"norm=True after from_config")
