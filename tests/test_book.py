@@ -258,6 +258,18 @@ def test_intro_links_every_chapter():
     assert not missing, f"book/intro.md's chapter map should link {missing}"
 
 
+def test_a_solutions_toggle_names_its_exercise_by_its_whole_id():
+    template = _template()
+    for first_line, label in [
+        ("# Solution to exercise 8.1", "8.1"),
+        ("# Solution to exercise A.2", "A.2"),
+        ("# Solution to exercise 3", "3"),
+    ]:
+        cell = nbformat.v4.new_code_cell(f"{first_line}\nanswer = 1")
+        prompts = template.solution_prompts(cell)
+        assert prompts["code_prompt_show"] == f"Show the solution to exercise {label}"
+
+
 def test_stamp_rewrites_the_books_own_links_and_leaves_colabs_package_list_alone():
     template = _template()
     url = CONFIG["repository"]["url"]

@@ -67,7 +67,7 @@ info = setup()"""
 
 #: The first line of an exercise's solution cell; the HTML toggle then says which exercise it
 #: solves.
-SOLUTION = re.compile(r"# Solution to exercise (\d+)")
+SOLUTION = re.compile(r"# Solution to exercise ((?:\d+|A)\.\d+|\d+)\b")
 
 
 def solution_prompts(cell: nbformat.NotebookNode) -> dict[str, str] | None:
