@@ -10,7 +10,6 @@ from companion.exercises._framework import (
     MAPPING,
     Exercise,
     expect,
-    keras_instance,
 )
 
 
@@ -73,41 +72,60 @@ def _step_calls(answer, context):
     return context.once("fixed", make)
 
 
-def prediction_right(answer, context):
-    """The prediction equals the traces count_traces counts as written"""
-    import tensorflow as tf
+def _tracing_count(function):
+    """The traces of a ``tf.function`` (or of a ``count_traces`` counter), or ``None``."""
+    from companion.diagnostics import TraceCounter
 
-    from companion.diagnostics import count_traces
+    if isinstance(function, TraceCounter):
+        return function.traces
+    counting = getattr(function, "experimental_get_tracing_count", None)
+    return counting() if callable(counting) else None
+
+
+def prediction_right(answer, context):
+    """The prediction equals the traces tf.function makes as written"""
+    import tensorflow as tf
 
     def train_step(batch, epoch):
         return tf.reduce_sum(batch) * tf.cast(epoch, tf.float32)
 
-    as_written = count_traces(train_step)
+    as_written = tf.function(train_step)
     for epoch in range(3):
         for size in (32, 32, 32, 4):
             as_written(tf.ones((size, 3)), epoch)
+    traces = as_written.experimental_get_tracing_count()
     predicted = answer.get("predicted")
     expect(
-        predicted == as_written.traces,
-        f"expected predicted == {as_written.traces} (what count_traces counts for the 12 calls "
-        f"as written), got {predicted!r} (each new Python int epoch is a new trace, and in each "
-        "epoch the batch of 4 rows is a new shape)",
+        predicted == traces,
+        f"expected predicted == {traces} (what experimental_get_tracing_count() counts for the "
+        f"12 calls as written), got {predicted!r} (each new Python int epoch is a new trace, "
+        "and in each epoch the batch of 4 rows is a new shape)",
     )
 
 
 def traces_once(answer, context):
-    """fixed(train_step, batches) returns the counter, traced once"""
+    """fixed(train_step, batches) returns the tf.function, traced once"""
     from companion.diagnostics import TraceCounter, explain_retrace
 
-    counter, _, _ = _step_calls(answer, context)
+    function, _, _ = _step_calls(answer, context)
+    traces = _tracing_count(function)
     expect(
-        isinstance(counter, TraceCounter),
-        f"expected fixed to return its count_traces counter, got {type(counter).__name__}",
+        traces is not None,
+        "expected fixed to return its tf.function (or its count_traces counter), got "
+        f"{type(function).__name__}",
     )
-    why = f" ({explain_retrace(counter, 1)})" if counter.traces > 1 else ""
+    if isinstance(function, TraceCounter):
+        why = f" ({explain_retrace(function, 1)})" if traces > 1 else ""
+    elif getattr(function, "input_signature", None) is None:
+        why = (
+            " (without an input_signature, each new Python epoch and each new batch shape "
+            "traces again)"
+        )
+    else:
+        why = ""
     expect(
-        counter.traces == 1,
-        f"expected 1 trace for the 12 calls, got {counter.traces}{why} (a tensor epoch, and an "
+        traces == 1,
+        f"expected 1 trace for the 12 calls, got {traces} traces{why} (a tensor epoch, and an "
         "input_signature whose batch dimension is None)",
     )
 
@@ -130,16 +148,55 @@ def _constant_feature_batch():
     return x
 
 
+def _fixed_layer(answer):
+    """The fixed layer of a ``{"op": ..., "layer": ...}`` answer."""
+    import keras
+
+    layer = answer.get("layer")
+    expect(
+        isinstance(layer, keras.layers.Layer),
+        f"expected answer['layer'] to be the fixed layer (an instance), got {type(layer).__name__}",
+    )
+    return layer
+
+
+#: The op type ``(x - mean) / std`` divides with, as TensorFlow names it (``keras.ops.divide``,
+#: ``tf.divide`` and ``/`` on float tensors all create it); ``Div`` is its older spelling.
+_DIVISIONS = ("RealDiv", "Div")
+
+
+def names_the_op(answer, context):
+    """The op is the one enable_check_numerics names"""
+    op = answer.get("op")
+    text = str(op)
+    if text.lower() in ("truediv", "div_no_nan") or "/" in text:
+        why = " (that is a node's name; the op's type is in quotes after 'graph op')"
+    elif text.lower() in ("standardize", "classifier", "dense"):
+        why = " (that is a layer; enable_check_numerics names the op inside it)"
+    elif text in ("Sqrt", "Mean", "Sub", "SquaredDifference"):
+        why = (
+            " (the std of a constant feature is 0, a finite number: the NaN comes from the "
+            "op that divides by it)"
+        )
+    else:
+        why = ""
+    expect(
+        op in _DIVISIONS,
+        f"expected the op type enable_check_numerics names for the first NaN, got {op!r}{why}",
+    )
+
+
 def no_layer_blamed(answer, context):
     """first_nonfinite blames no layer when a feature is constant"""
     import keras
 
     from companion.diagnostics import first_nonfinite
 
+    layer = _fixed_layer(answer)
     x = _constant_feature_batch()
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
-        [keras.Input((3,)), answer, keras.layers.Dense(2, name="dense")], name="classifier"
+        [keras.Input((3,)), layer, keras.layers.Dense(2, name="dense")], name="classifier"
     )
     blamed = first_nonfinite(model, x)
     expect(
@@ -151,8 +208,9 @@ def no_layer_blamed(answer, context):
 
 def still_standardizes(answer, context):
     """The other features still come out with mean 0 and std 1 (within 1e-2)"""
+    layer = _fixed_layer(answer)
     x = _constant_feature_batch()
-    out = np.asarray(answer(x), "float64")
+    out = np.asarray(layer(x), "float64")
     expect(out.shape == x.shape, f"expected an output of shape {x.shape}, got {out.shape}")
     columns = [0, 2]
     mean, std = out[:, columns].mean(0), out[:, columns].std(0)
@@ -226,8 +284,9 @@ EXERCISES = (
         LAYER_CLASS,
         (divides_by_temperature, roundtrip_clean),
         (
-            "check_roundtrip(layer, x, fresh_process=False) names every constructor argument "
-            "that get_config does not store.",
+            "Save a model holding the layer, load it with keras.saving.load_model and compare "
+            "the outputs and the attributes; check_roundtrip(layer, x, fresh_process=False) "
+            "names every constructor argument that get_config does not store.",
             "get_config returns super().get_config() with 'temperature' added; from_config "
             "then passes it back to __init__.",
         ),
@@ -239,8 +298,8 @@ EXERCISES = (
         (prediction_right, traces_once, every_call_runs),
         (
             "A trace is keyed by each tensor's dtype and shape and by each Python argument's "
-            "value. count_traces(train_step) counts them.",
-            "Make the epoch a tensor (tf.constant(epoch)) and give count_traces an "
+            "value. A tf.function's experimental_get_tracing_count() counts them.",
+            "Make the epoch a tensor (tf.constant(epoch)) and give tf.function an "
             "input_signature: tf.TensorSpec((None, 3), tf.float32) and tf.TensorSpec((), "
             "tf.int32).",
         ),
@@ -248,13 +307,14 @@ EXERCISES = (
     Exercise(
         "11.3",
         "Standardize without NaN.",
-        keras_instance("layers.Layer"),
-        (no_layer_blamed, still_standardizes),
+        MAPPING,
+        (names_the_op, no_layer_blamed, still_standardizes),
         (
-            "first_nonfinite names the first layer whose output has a NaN; what is the std of "
-            "a feature that is the same in every row?",
-            "Divide by std + epsilon with a small epsilon (1e-6): a constant feature then "
-            "gives 0 / epsilon = 0.",
+            "With tf.debugging.enable_check_numerics() on, the first NaN raises an error that "
+            "names the op in quotes; switch it off after. What is the std of a feature that is "
+            "the same in every row?",
+            "The NaN comes from a division, 0 / 0. Divide by std + epsilon with a small epsilon "
+            "(1e-6): a constant feature then gives 0 / epsilon = 0.",
         ),
     ),
     Exercise(

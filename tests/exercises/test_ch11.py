@@ -68,8 +68,50 @@ def last_epoch_only(step, batches):
     return counter
 
 
+def fixed_tf_function(step, batches):
+    signature = [tf.TensorSpec((None, 3), tf.float32), tf.TensorSpec((), tf.int32)]
+    function = tf.function(step, input_signature=signature)
+    for epoch in range(3):
+        for batch in batches:
+            function(batch, tf.constant(epoch))
+    return function
+
+
+def signature_converts_python_epoch(step, batches):
+    signature = [tf.TensorSpec((None, 3), tf.float32), tf.TensorSpec((), tf.int32)]
+    function = tf.function(step, input_signature=signature)
+    for epoch in range(3):
+        for batch in batches:
+            function(batch, epoch)  # the input_signature makes the int a tensor
+    return function
+
+
+def python_epoch_as_written(step, batches):
+    function = tf.function(step)
+    for epoch in range(3):
+        for batch in batches:
+            function(batch, epoch)
+    return function
+
+
+def returns_the_last_result(step, batches):
+    function = tf.function(step)
+    for epoch in range(3):
+        for batch in batches:
+            result = function(batch, tf.constant(epoch))
+    return result
+
+
 def test_count_the_traces(accepted, caught):
+    accepted("11.2", {"predicted": 6, "fixed": fixed_tf_function})
+    accepted("11.2", {"predicted": 6, "fixed": signature_converts_python_epoch})
     accepted("11.2", {"predicted": 6, "fixed": fixed_step})
+    caught(
+        "11.2",
+        {"predicted": 6, "fixed": python_epoch_as_written},
+        r"got 6 traces .*without an input_signature.*Python epoch",
+    )
+    caught("11.2", {"predicted": 6, "fixed": returns_the_last_result}, r"return its tf.function")
     caught("11.2", {"predicted": 3, "fixed": fixed_step}, r"predicted == 6.*new Python int")
     caught("11.2", {"predicted": 6, "fixed": tensor_epoch_only}, r"got 2 .*shape.*None")
     caught("11.2", {"predicted": 6, "fixed": last_epoch_only}, r"sum to 900.*tf.constant\(epoch")
@@ -93,11 +135,28 @@ class StandardizeRows(Standardize):
         return (inputs - mean) / (std + self.epsilon)
 
 
+def fixed_standardize(layer, op="RealDiv"):
+    return {"op": op, "layer": layer}
+
+
 def test_standardize_without_nan(accepted, caught):
-    accepted("11.3", Standardize(1e-6, name="standardize"))
-    caught("11.3", Standardize(name="standardize"), r"'standardize'.*0 / 0 is NaN")
-    caught("11.3", Standardize(1.0, name="standardize"), r"std 1.*small epsilon")
-    caught("11.3", StandardizeRows(1e-6, name="standardize"), r"mean 0 and std 1.*axis=0")
+    accepted("11.3", fixed_standardize(Standardize(1e-6, name="standardize")))
+    caught(
+        "11.3",
+        fixed_standardize(Standardize(name="standardize")),
+        r"'standardize'.*0 / 0 is NaN",
+    )
+    caught("11.3", fixed_standardize(Standardize(1.0, name="standardize")), r"std 1.*small epsilon")
+    caught(
+        "11.3",
+        fixed_standardize(StandardizeRows(1e-6, name="standardize")),
+        r"mean 0 and std 1.*axis=0",
+    )
+    fixed = Standardize(1e-6, name="standardize")
+    caught("11.3", fixed_standardize(fixed, "Sqrt"), r"got 'Sqrt'.*op that divides")
+    caught("11.3", fixed_standardize(fixed, "truediv"), r"node's name.*'graph op'")
+    caught("11.3", fixed_standardize(fixed, "standardize"), r"that is a layer")
+    caught("11.3", {"op": "RealDiv", "layer": Standardize}, r"instance\), got type")
 
 
 def fixed_normalize(normalize, calls):
