@@ -1,4 +1,5 @@
-"""Chapter 13, a compiled op: a box blur from the op, the wrong gradient, one core each."""
+"""Chapter 13, a compiled op: a box blur from the op, the dot-product test, the wrong gradient,
+one core each."""
 
 from __future__ import annotations
 
@@ -44,6 +45,87 @@ def box_matches_cv2(answer, context):
             f"expected the box blur within 1e-5 of cv2.blur(image, ({k}, {k})), got a max "
             f"|difference| of {error:.3g}{why}",
         )
+
+
+def _gap(answer, forward, adjoint, shape):
+    """``answer(forward, adjoint, shape)``, checked to be a number >= 0."""
+    gap = answer(forward, adjoint, shape)
+    expect(
+        isinstance(gap, (int, float, np.floating)) and not isinstance(gap, bool),
+        f"expected the gap as a number, got {type(gap).__name__}",
+    )
+    expect(math.isfinite(gap) and gap >= 0, f"expected a finite gap >= 0, got {gap}")
+    return float(gap)
+
+
+def _matrix():
+    """A 6x6 matrix that is not symmetric: its transpose is another map."""
+    return np.random.default_rng(7).standard_normal((6, 6))
+
+
+def _why_a_gap(gap):
+    """The likely mistake when a true adjoint pair shows a gap."""
+    if gap < 1e-5:
+        return " (draw x and y in float64: float32 rounding alone leaves about 1e-7)"
+    return (
+        " (compare <forward(x), y> with <x, adjoint(y)>: the adjoint is applied to y, and the "
+        "result is paired with x)"
+    )
+
+
+def true_pair_passes(answer, context):
+    """A matrix M and its transpose M.T give a gap below 1e-9"""
+    matrix = _matrix()
+    gap = _gap(answer, lambda v: matrix @ v, lambda v: matrix.T @ v, (6,))
+    expect(
+        gap < 1e-9,
+        f"expected a gap below 1e-9 for M and M.T, which are adjoint, got {gap:.3g}"
+        + _why_a_gap(gap),
+    )
+
+
+def wrong_pair_fails(answer, context):
+    """M as its own adjoint shows a gap (above 1e-9)"""
+    matrix = _matrix()
+    gap = _gap(answer, lambda v: matrix @ v, lambda v: matrix @ v, (6,))
+    expect(
+        gap > 1e-9,
+        f"expected a gap above 1e-9 for M against itself, M != M.T, got {gap:.3g} (are x and "
+        "y random? With constant vectors, <M x, y> = <x, M y> for any square M: draw them "
+        "with a NumPy random generator)",
+    )
+
+
+def finds_the_blur_border(answer, context):
+    """On TensorFlow ops: the blur's gradient passes, the blur as its own adjoint fails"""
+    import tensorflow as tf
+
+    from companion.pyfunc import native_blur
+
+    def blur(t):
+        with tf.device("/CPU:0"):  # float64 on the CPU: the same sums on every machine
+            return native_blur(tf.constant(t, tf.float64), 5)
+
+    def gradient(t):  # B^T t: the gradient of sum(blur(x) * t)
+        x = tf.zeros(shape, tf.float64)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = blur(x)
+        return tape.gradient(y, x, output_gradients=tf.constant(t, tf.float64))
+
+    shape = (2, 9, 10, 3)
+    right = _gap(answer, blur, gradient, shape)
+    expect(
+        right < 1e-9,
+        f"expected a gap below 1e-9 for native_blur and its gradient, got {right:.3g}"
+        + _why_a_gap(right),
+    )
+    wrong = _gap(answer, blur, blur, shape)
+    expect(
+        wrong > 1e-9,
+        f"expected a gap above 1e-9 for native_blur as its own adjoint (wrong at the "
+        f"borders), got {wrong:.3g} (are x and y random, not constant?)",
+    )
 
 
 def _wrong_gradient(answer, context):
@@ -185,6 +267,19 @@ EXERCISES = (
     ),
     Exercise(
         "13.2",
+        "The dot-product test.",
+        FUNCTION,
+        (true_pair_passes, wrong_pair_fails, finds_the_blur_border),
+        (
+            "For a linear map B, the adjoint is the map A with <B x, y> = <x, A y> for every x "
+            "and y; one random pair of vectors already catches almost every wrong A.",
+            "Draw x and y of the given shape in float64 with a NumPy random generator, compute "
+            "np.vdot of forward(x) with y and np.vdot of x with adjoint(y), and return the "
+            "absolute difference divided by the absolute value of the first.",
+        ),
+    ),
+    Exercise(
+        "13.3",
         "The wrong gradient.",
         MAPPING,
         (forward_is_cpp_blur, backward_is_the_blur, wrong_pixels_named),
@@ -197,7 +292,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "13.3",
+        "13.4",
         "One core each.",
         SCRIPT,
         (prints_a_ratio, one_thread_each),

@@ -24,6 +24,42 @@ def test_a_box_blur(accepted, caught):
     caught("13.1", box_blur_by_area, r"divide by k, not k \* k")
 
 
+def adjoint_gap(forward, adjoint, shape):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(shape), rng.standard_normal(shape)
+    left = np.vdot(np.asarray(forward(x)), y)
+    return abs(left - np.vdot(x, np.asarray(adjoint(y)))) / abs(left)
+
+
+def gap_with_ones(forward, adjoint, shape):
+    x = y = np.ones(shape)
+    left = np.vdot(np.asarray(forward(x)), y)
+    return abs(left - np.vdot(x, np.asarray(adjoint(y)))) / abs(left)
+
+
+def gap_wrong_way(forward, adjoint, shape):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(shape), rng.standard_normal(shape)
+    left = np.vdot(np.asarray(forward(x)), y)
+    return abs(left - np.vdot(np.asarray(adjoint(x)), y)) / abs(left)
+
+
+def gap_in_float32(forward, adjoint, shape):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = rng.standard_normal(shape).astype(np.float32)
+    left = np.vdot(np.asarray(forward(x), np.float32), y)
+    return float(abs(left - np.vdot(x, np.asarray(adjoint(y), np.float32))) / abs(left))
+
+
+def test_the_dot_product_test(accepted, caught):
+    accepted("13.2", adjoint_gap)
+    result = caught("13.2", gap_with_ones, r"With constant vectors")
+    assert len(result.failures) == 2  # the matrix and the blur
+    caught("13.2", gap_wrong_way, r"the adjoint is applied to y, and the result is paired with x")
+    caught("13.2", gap_in_float32, r"float32 rounding alone")
+
+
 @tf.custom_gradient
 def self_adjoint_blur(x):
     return cpp_blur(x, 5), lambda upstream: cpp_blur(upstream, 5)
@@ -42,13 +78,13 @@ WRONG[3:6, 3:7] = False
 
 
 def test_the_wrong_gradient(accepted, caught):
-    accepted("13.2", {"blur": self_adjoint_blur, "wrong": WRONG})
-    caught("13.2", {"blur": right_blur, "wrong": WRONG}, r"this is the right gradient")
-    caught("13.2", {"blur": self_adjoint_blur, "wrong": ~WRONG}, r"True at the right ones")
-    caught("13.2", {"blur": self_adjoint_blur, "wrong": WRONG[None, :, :, None]}, r"\[0, :, :, 0\]")
+    accepted("13.3", {"blur": self_adjoint_blur, "wrong": WRONG})
+    caught("13.3", {"blur": right_blur, "wrong": WRONG}, r"this is the right gradient")
+    caught("13.3", {"blur": self_adjoint_blur, "wrong": ~WRONG}, r"True at the right ones")
+    caught("13.3", {"blur": self_adjoint_blur, "wrong": WRONG[None, :, :, None]}, r"\[0, :, :, 0\]")
     border = np.zeros((9, 10), bool)
     border[[0, -1]], border[:, [0, -1]] = True, True
-    caught("13.2", {"blur": self_adjoint_blur, "wrong": border}, r"within 2 of an edge")
+    caught("13.3", {"blur": self_adjoint_blur, "wrong": border}, r"within 2 of an edge")
 
 
 TIMING = """
@@ -70,7 +106,7 @@ cv2.setNumThreads(1)
 
 
 def test_one_core_each(accepted, caught):
-    accepted("13.3", ONE_CORE + TIMING)
-    caught("13.3", "import tensorflow as tf, cv2\n" + TIMING, r"1 intra-op thread, got \d+")
+    accepted("13.4", ONE_CORE + TIMING)
+    caught("13.4", "import tensorflow as tf, cv2\n" + TIMING, r"1 intra-op thread, got \d+")
     too_late = "import tensorflow as tf, cv2\ntf.constant(1.0) + 1\n" + ONE_CORE[30:] + TIMING
-    caught("13.3", too_late, r"before any TensorFlow op runs")
+    caught("13.4", too_late, r"before any TensorFlow op runs")
