@@ -1,13 +1,14 @@
-"""Chapter 9, custom optimizers: epsilon rescaled, momentum SGD, pruning in a loop, Lookahead."""
+"""Chapter 9, custom optimizers: momentum SGD, epsilon rescaled, pruning in a loop, Lookahead."""
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from companion.exercises._framework import FUNCTION, OPTIMIZER_CLASS, Exercise, expect
+from companion.exercises._framework import FUNCTION, OPTIMIZER_CLASS, Exercise, Failed, expect
 
 
 def _least_squares():
@@ -103,32 +104,41 @@ def half_step_at_epsilon(answer, context):
     )
 
 
-def _trajectory(optimizer, steps=100):
-    """Weights after each step of ``optimizer`` on the least-squares problem, from 0."""
+def _trajectory(optimizer, steps=100, lowered_at=None):
+    """Weights after each step of ``optimizer`` on the least-squares problem, from 0, on the CPU
+    (the same float32 ops as Keras's SGD compare to the bit there); with ``lowered_at``, the
+    learning rate is set to 0.001 before that step, as ``ReduceLROnPlateau`` does."""
     import keras
     import tensorflow as tf
     from keras import ops
 
     x, y = _least_squares()
-    w = keras.Variable(np.zeros(4, "float32"), name="kernel")
-    b = keras.Variable(np.zeros((), "float32"), name="bias")
+    with tf.device("/CPU:0"):
+        w = keras.Variable(np.zeros(4, "float32"), name="kernel")
+        b = keras.Variable(np.zeros((), "float32"), name="bias")
 
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = ops.mean((ops.matmul(x, w) + b - y) ** 2)
-        optimizer.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = ops.mean((ops.matmul(x, w) + b - y) ** 2)
+            optimizer.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
 
-    path = []
-    for _ in range(steps):
-        step()
-        path.append(np.concatenate([w.numpy(), [b.numpy()]]))
+        path = []
+        for i in range(steps):
+            if i == lowered_at:
+                optimizer.learning_rate = 0.001
+            step()
+            path.append(np.concatenate([w.numpy(), [b.numpy()]]))
     return np.array(path)
+
+
+def _gap(ours, theirs):
+    return float(np.max(np.abs(np.asarray(ours) - np.asarray(theirs))))
 
 
 def _follows(ours, theirs, what):
     """Fail unless two trajectories agree within 1e-6, naming the likely mistake."""
-    gap = float(np.max(np.abs(ours - theirs)))
+    gap = _gap(ours, theirs)
     likely = ""
     if not np.any(ours[0]):
         likely = (
@@ -137,6 +147,11 @@ def _follows(ours, theirs, what):
         )
     elif np.allclose(ours[0], -theirs[0], rtol=1e-4):
         likely = " (the first step went uphill: velocity = momentum * velocity - lr * g)"
+    elif np.allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-7):
+        likely = (
+            " (the first step agrees, later ones do not: does the old velocity enter as "
+            "+momentum * velocity, with the momentum the optimizer was given?)"
+        )
     expect(
         gap <= 1e-6,
         f"expected the weights of {what} within 1e-6 over 100 steps, got a largest difference "
@@ -144,18 +159,41 @@ def _follows(ours, theirs, what):
     )
 
 
-def follows_keras_sgd(answer, context):
-    """It follows keras.optimizers.SGD(0.01, momentum=0.9) within 1e-6 over 100 steps"""
+def _rate(schedule):
+    """Learning rate 0.01, or an ExponentialDecay schedule from 0.01 (halving every 20 steps)."""
     import keras
 
+    if schedule:
+        return keras.optimizers.schedules.ExponentialDecay(0.01, decay_steps=20, decay_rate=0.5)
+    return 0.01
+
+
+@functools.lru_cache(maxsize=None)
+def _keras_sgd(momentum=0.9, schedule=False, lowered_at=None):
+    """The trajectory of keras.optimizers.SGD with ``momentum`` (read only: cached)."""
+    import keras
+
+    optimizer = keras.optimizers.SGD(_rate(schedule), momentum=momentum)
+    path = _trajectory(optimizer, lowered_at=lowered_at)
+    path.flags.writeable = False
+    return path
+
+
+def follows_keras_sgd(answer, context):
+    """It follows keras.optimizers.SGD(0.01, momentum=0.9) within 1e-6 over 100 steps"""
     ours = _trajectory(answer(0.01))
-    theirs = _trajectory(keras.optimizers.SGD(0.01, momentum=0.9))
-    _follows(ours, theirs, "SGD(0.01, momentum=0.9)")
+    _follows(ours, _keras_sgd(), "SGD(0.01, momentum=0.9)")
     expect(
         np.max(np.abs(ours[-1])) > 0.5,
         f"expected the weights to move by more than 0.5 in 100 steps, got at most "
         f"{np.max(np.abs(ours[-1])):.3g}",
     )
+
+
+LEARNING_RATE_ARGUMENT = (
+    "multiply by the learning_rate argument of update_step, which carries the schedule's "
+    "value and any change to optimizer.learning_rate; a number kept from __init__ does not"
+)
 
 
 def one_slot_per_variable(answer, context):
@@ -167,19 +205,54 @@ def one_slot_per_variable(answer, context):
     optimizer.build(variables)
     own = {id(optimizer.iterations), id(getattr(optimizer, "_learning_rate", None))}
     slots = [tuple(v.shape) for v in optimizer.variables if id(v) not in own]
+    likely = "one add_variable_from_reference per variable, in build"
+    if not slots:
+        likely = (
+            "build made none: were they made in update_step? Make them in build, which runs "
+            "before the first step and before a saved optimizer's variables are restored"
+        )
     expect(
         sorted(slots) == [(3,), (4, 3)],
         f"expected 2 slots of shapes (4, 3) and (3,) for a kernel and a bias, got {slots} "
-        "(one add_variable_from_reference per variable, in build)",
+        f"({likely})",
+    )
+
+
+def follows_a_schedule(answer, context):
+    """With a learning-rate schedule it follows SGD(momentum=0.9) with the same schedule"""
+    try:
+        ours = _trajectory(answer(_rate(schedule=True)))
+    except Exception as error:  # noqa: BLE001 - the likely mistake is named in the message
+        raise Failed(
+            f"expected it to train with an ExponentialDecay schedule as learning_rate, got "
+            f"{type(error).__name__} ({LEARNING_RATE_ARGUMENT})"
+        ) from error
+    gap = _gap(ours, _keras_sgd(schedule=True))
+    expect(
+        gap <= 1e-6,
+        f"expected the weights of SGD(momentum=0.9) with an ExponentialDecay schedule within "
+        f"1e-6, got a largest difference of {gap:.2g} ({LEARNING_RATE_ARGUMENT})",
+    )
+
+
+def follows_a_lowered_rate(answer, context):
+    """After optimizer.learning_rate = 0.001 mid-training its steps shrink as SGD's do"""
+    ours = _trajectory(answer(0.01), lowered_at=50)
+    gap = _gap(ours, _keras_sgd(lowered_at=50))
+    kept = _gap(ours, _keras_sgd()) <= 1e-6
+    expect(
+        gap <= 1e-6,
+        f"expected the weights of SGD(momentum=0.9) within 1e-6 after optimizer.learning_rate "
+        f"= 0.001 at step 50 (what ReduceLROnPlateau does), got a largest difference of "
+        f"{gap:.2g}"
+        + (f" (the steps kept the rate of 0.01: {LEARNING_RATE_ARGUMENT})" if kept else ""),
     )
 
 
 def momentum_through_config(answer, context):
     """momentum=0.5 follows SGD(0.01, momentum=0.5), also after from_config(get_config())"""
-    import keras
-
     optimizer = answer(0.01, momentum=0.5)
-    theirs = _trajectory(keras.optimizers.SGD(0.01, momentum=0.5))
+    theirs = _keras_sgd(momentum=0.5)
     _follows(_trajectory(optimizer), theirs, "SGD(0.01, momentum=0.5)")
     rebuilt = type(optimizer).from_config(optimizer.get_config())
     gap = float(np.max(np.abs(_trajectory(rebuilt) - theirs)))
@@ -187,6 +260,83 @@ def momentum_through_config(answer, context):
         gap <= 1e-6,
         f"expected the optimizer rebuilt from its config to follow momentum=0.5 within 1e-6, "
         f"got a largest difference of {gap:.2g} (is momentum in get_config?)",
+    )
+
+
+def _two_layer_model(optimizer):
+    """Two Dense layers of the same shapes (4 -> 4 -> 4), compiled with ``optimizer``, MSE,
+    without XLA (compared to the bit on the CPU)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(4, activation="tanh"),
+            keras.layers.Dense(4),
+        ]
+    )
+    model.compile(optimizer, "mse", jit_compile=False)
+    return model
+
+
+def _saved_and_resumed(answer, context):
+    """Keras's SGD(0.05, momentum=0.5) and the answer, each fit one epoch (4 steps) on the CPU,
+    the answer's model then saved to .keras, loaded and fit one more epoch: the weights after
+    each epoch, and the loaded optimizer."""
+
+    def make():
+        import keras
+        import tensorflow as tf
+
+        x, _ = _least_squares()
+        target = x[:, ::-1] * np.array([1.0, -2.0, 0.5, 3.0], "float32")
+
+        def epoch(model):
+            model.fit(x, target, batch_size=16, epochs=1, verbose=0, shuffle=False)
+            return [w.copy() for w in model.get_weights()]
+
+        with tf.device("/CPU:0"):
+            keras_model = _two_layer_model(keras.optimizers.SGD(0.05, momentum=0.5))
+            theirs = [epoch(keras_model), epoch(keras_model)]
+            model = _two_layer_model(answer(0.05, momentum=0.5))
+            first = epoch(model)
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / "momentum.keras"
+                model.save(path)
+                loaded = keras.saving.load_model(path, custom_objects={answer.__name__: answer})
+            second = epoch(loaded)
+        return theirs, [first, second], loaded.optimizer
+
+    return context.once("resumed", make)
+
+
+def trains_a_model_under_fit(answer, context):
+    """Under fit, a model of two layers of the same shapes follows SGD(momentum=0.5), 4 steps"""
+    theirs, ours, _ = _saved_and_resumed(answer, context)
+    gap = max(_gap(a, b) for a, b in zip(ours[0], theirs[0]))
+    expect(
+        gap <= 1e-6,
+        f"expected the weights of SGD(0.05, momentum=0.5) within 1e-6 after 4 steps of fit, "
+        f"got a largest difference of {gap:.2g} (does each variable have its own slot, found "
+        "with self._get_variable_index(variable)? Two layers have variables of one shape)",
+    )
+
+
+def resumes_from_a_keras_file(answer, context):
+    """Saved to .keras and loaded, it goes on as SGD(momentum=0.5) does, 4 more steps"""
+    theirs, ours, loaded = _saved_and_resumed(answer, context)
+    steps = int(loaded.iterations)
+    expect(
+        steps == 8,
+        f"expected 8 steps on the loaded optimizer's counter after 4 + 4 steps, got {steps}",
+    )
+    gap = max(_gap(a, b) for a, b in zip(ours[1], theirs[1]))
+    expect(
+        gap <= 1e-6,
+        f"expected the loaded model to go on as SGD(0.05, momentum=0.5) within 1e-6, got a "
+        f"largest difference of {gap:.2g} (is momentum in get_config, and are the slots made "
+        "in build, so that load_model restores the velocities?)",
     )
 
 
@@ -381,6 +531,29 @@ def resumes_exactly(answer, context):
 EXERCISES = (
     Exercise(
         "9.1",
+        "SGD with momentum, in the Keras 3 API.",
+        OPTIMIZER_CLASS,
+        (
+            one_slot_per_variable,
+            follows_keras_sgd,
+            follows_a_schedule,
+            follows_a_lowered_rate,
+            momentum_through_config,
+            trains_a_model_under_fit,
+            resumes_from_a_keras_file,
+        ),
+        (
+            "The chapter's InlineAdamW has every piece: __init__, build with slots, update_step "
+            "with self.assign*, get_config. Momentum needs one slot per variable, not two, and "
+            "the step size is the learning_rate that update_step is given.",
+            "In build, add_variable_from_reference(v, name='velocity') for each variable; in "
+            "update_step find the variable's own slot with the private _get_variable_index, "
+            "assign the new velocity first, then assign_add it to the variable. Put momentum in "
+            "get_config.",
+        ),
+    ),
+    Exercise(
+        "9.2",
         "Epsilon, rescaled.",
         FUNCTION,
         (gives_sgd_step, starts_from_zero, placements_agree, half_step_at_epsilon),
@@ -390,19 +563,6 @@ EXERCISES = (
             "Make the variable inside the function, at zero with the gradient's shape, so "
             "that every call starts afresh; after one apply_gradients([(gradient, variable)]) "
             "the step is minus its value. Give both AdamW weight_decay=0.0.",
-        ),
-    ),
-    Exercise(
-        "9.2",
-        "SGD with momentum, in the Keras 3 API.",
-        OPTIMIZER_CLASS,
-        (follows_keras_sgd, one_slot_per_variable, momentum_through_config),
-        (
-            "The chapter's InlineAdamW has every piece: __init__, build with slots, update_step "
-            "with self.assign*, get_config. Momentum needs one slot, not two.",
-            "In build, add_variable_from_reference(v, name='velocity') for each variable; in "
-            "update_step find it with _get_variable_index, assign the new velocity first, then "
-            "assign_add it to the variable. Put momentum in get_config.",
         ),
     ),
     Exercise(

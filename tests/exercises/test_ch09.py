@@ -33,10 +33,10 @@ def gradient_and_variable_apart(optimizer, gradient):
 
 
 def test_epsilon_rescaled(accepted, caught):
-    accepted("9.1", first_step)
-    caught("9.1", step_as_new_weight, r"\[0.1, -0.2\].*return -variable")
-    caught("9.1", step_from_a_shared_variable, r"two calls.*made inside the function")
-    result = caught("9.1", gradient_and_variable_apart, r"the answer raised")
+    accepted("9.2", first_step)
+    caught("9.2", step_as_new_weight, r"\[0.1, -0.2\].*return -variable")
+    caught("9.2", step_from_a_shared_variable, r"two calls.*made inside the function")
+    result = caught("9.2", gradient_and_variable_apart, r"the answer raised")
     assert result.checks == 4 and len(result.failures) == 4
 
 
@@ -85,12 +85,60 @@ class TwoSlotsEach(MomentumSGD):
         self.unused = self.add_optimizer_variables(variables, "unused")
 
 
+class SlotsInUpdateStep(MomentumSGD):
+    def build(self, variables):
+        if self.built:
+            return
+        keras.optimizers.Optimizer.build(self, variables)
+        self.by_name = {}
+
+    def update_step(self, gradient, variable, learning_rate):
+        if variable.name not in self.by_name:
+            self.by_name[variable.name] = self.add_variable_from_reference(variable, "velocity")
+        velocity = self.by_name[variable.name]
+        self.assign(velocity, velocity * self.momentum - gradient * learning_rate)
+        self.assign_add(variable, velocity)
+
+
+class RateFromInit(MomentumSGD):
+    def __init__(self, learning_rate=0.01, momentum=0.9, **kwargs):
+        super().__init__(learning_rate=learning_rate, momentum=momentum, **kwargs)
+        self.rate = learning_rate
+
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient, variable, self.rate)
+
+
+class OldVelocityNegated(MomentumSGD):
+    def update_step(self, gradient, variable, learning_rate):
+        velocity = self.velocities[self._get_variable_index(variable)]
+        self.assign(velocity, -velocity * self.momentum - gradient * learning_rate)
+        self.assign_add(variable, velocity)
+
+
+class SlotsSharedByShape(MomentumSGD):
+    def build(self, variables):
+        if self.built:
+            return
+        keras.optimizers.Optimizer.build(self, variables)
+        by_shape = {}
+        for v in variables:
+            if tuple(v.shape) not in by_shape:
+                by_shape[tuple(v.shape)] = self.add_variable_from_reference(v, "velocity")
+        self.velocities = [by_shape[tuple(v.shape)] for v in variables]
+
+
 def test_sgd_with_momentum(accepted, caught):
-    accepted("9.2", MomentumSGD)
-    caught("9.2", MovesBeforeVelocity, r"left the weights at 0.*before the velocity is updated")
-    caught("9.2", PlusGradient, r"went uphill")
-    caught("9.2", MomentumNotInConfig, r"rebuilt from its config.*momentum in get_config")
-    caught("9.2", TwoSlotsEach, r"expected 2 slots.*got \[")
+    accepted("9.1", MomentumSGD)
+    caught("9.1", MovesBeforeVelocity, r"left the weights at 0.*before the velocity is updated")
+    caught("9.1", PlusGradient, r"went uphill")
+    caught("9.1", OldVelocityNegated, r"first step agrees.*\+momentum \* velocity")
+    caught("9.1", MomentumNotInConfig, r"rebuilt from its config.*momentum in get_config")
+    caught("9.1", TwoSlotsEach, r"expected 2 slots.*got \[")
+    caught("9.1", SlotsInUpdateStep, r"got \[\] \(build made none: were they made in update_step")
+    caught("9.1", RateFromInit, r"schedule as learning_rate, got TypeError \(multiply by the")
+    caught("9.1", RateFromInit, r"kept the rate of 0.01")
+    caught("9.1", SlotsSharedByShape, r"4 steps of fit.*its own slot")
 
 
 def train_pruned(model, optimizer, pruning, batches):
