@@ -99,6 +99,11 @@ def clip_rescales(answer, context):
     _, gradient = _clipped(answer, 2.0)
     expected = [1.2, 1.6, 0.0, 0.0]
     expect(gradient is not None, "expected a gradient, got None")
+    expect(
+        gradient.shape == _X4.shape,
+        f"expected a gradient of x's shape {_X4.shape}, got shape {gradient.shape} (return the "
+        "upstream gradient rescaled, a tensor of its shape, not the scale factor alone)",
+    )
     if np.allclose(gradient, [2.0, 2.0, 0.0, 0.0]):
         expect(
             False,

@@ -53,8 +53,17 @@ def rescale_always(x, max_norm):
     return identity(x)
 
 
+def scale_factor_only(x, max_norm):
+    @tf.custom_gradient
+    def identity(x):
+        return tf.identity(x), lambda up: tf.minimum(tf.cast(1, up.dtype), max_norm / tf.norm(up))
+
+    return identity(x)
+
+
 def test_gradient_clipping_as_an_op(accepted, caught):
     accepted("5.2", clip_gradient_norm)
+    caught("5.2", scale_factor_only, r"x's shape \(4,\), got shape \(\).*not the scale factor")
     caught("5.2", clip_gradient_value, r"tf.clip_by_value clips each entry")
     caught("5.2", rescale_always, r"only when the norm exceeds max_norm")
     caught("5.2", lambda x, m: tf.clip_by_norm(x, m), r"x unchanged.*not x")
