@@ -1,4 +1,5 @@
-"""Chapter 6, modelling APIs: an identity shortcut, one run in two APIs, a modality switch."""
+"""Chapter 6, modelling APIs: an identity shortcut, one run in two APIs, a subclass built before
+any data, a modality switch."""
 
 from __future__ import annotations
 
@@ -124,6 +125,110 @@ def weights_agree(answer, context):
 SIDE, META, CLASSES = 16, 10, 6
 
 
+TWO_BRANCH_SHAPES = [(None, 32, 32, 3), (None, 10)]
+TWO_BRANCH_WIDTH = 48  # the concatenation: image_branch's 32 features + meta_branch's 16
+
+
+def _two_branch_reference(num_classes):
+    """The exercise's model with the Functional API: both branches, a concatenation, a softmax."""
+    import keras
+
+    from companion.models import image_branch, meta_branch
+
+    # named layers: an unnamed one would take a name the chapter's later cells expect to be free
+    images = keras.Input(TWO_BRANCH_SHAPES[0][1:], name="image")
+    meta = keras.Input(TWO_BRANCH_SHAPES[1][1:], name="meta")
+    joined = keras.layers.Concatenate(name="concatenate")
+    features = joined([image_branch(None)(images), meta_branch(None)(meta)])
+    output = keras.layers.Dense(num_classes, activation="softmax", name="classifier")(features)
+    return keras.Model([images, meta], output, name="two_branch_reference")
+
+
+def _built_two_branch(answer, context, num_classes=CLASSES):
+    """``answer(num_classes)``, built for the exercise's shapes, not yet called on data."""
+
+    def make():
+        model = answer(num_classes)
+        model.build(TWO_BRANCH_SHAPES)
+        return model
+
+    return context.once(f"two_branch_{num_classes}", make)
+
+
+def _probe(rows=8):
+    rng = np.random.default_rng(63)
+    images = rng.normal(size=(rows, *TWO_BRANCH_SHAPES[0][1:])).astype("float32")
+    return images, rng.normal(size=(rows, TWO_BRANCH_SHAPES[1][1])).astype("float32")
+
+
+def built_before_data(answer, context):
+    """build creates every weight, before any call on data"""
+    model = _built_two_branch(answer, context)
+    expect(
+        len(model.weights) > 0,
+        "expected weights after build, got none (without a build method of your own, "
+        "Model.build only marks the model built: build each layer with its input shape)",
+    )
+    unbuilt = [layer.name for layer in model.layers if not layer.built]
+    expect(
+        not unbuilt,
+        f"expected every layer built after build, got {unbuilt} unbuilt (build each one, in "
+        "build, with the shape it will receive)",
+    )
+
+
+def count_like_functional(answer, context):
+    """count_params() after build equals the same layers wired with the Functional API"""
+    import keras
+
+    model = _built_two_branch(answer, context)
+    expected, got = _two_branch_reference(CLASSES).count_params(), model.count_params()
+    likely = ""
+    for layer in model.layers:
+        kernel = getattr(layer, "kernel", None)
+        if isinstance(layer, keras.layers.Dense) and kernel is not None:
+            if kernel.shape[0] != TWO_BRANCH_WIDTH:
+                likely = (
+                    f" (the classifier's kernel is built for {kernel.shape[0]} inputs: it "
+                    f"receives the concatenation, 32 + 16 = {TWO_BRANCH_WIDTH} features)"
+                )
+    if not likely and got > expected:
+        likely = " (a layer too many: this model has the two branches and a classifier only)"
+    expect(got == expected, f"expected {expected:,} parameters, got {got:,}{likely}")
+
+
+def probabilities_per_class(answer, context):
+    """A pair (images, meta) gives one probability per class, for num_classes 6 and 4"""
+    for num_classes in (CLASSES, 4):
+        model = _built_two_branch(answer, context, num_classes)
+        images, meta = _probe()
+        out = np.asarray(model([images, meta]))
+        expect(
+            out.shape == (len(images), num_classes),
+            f"expected an output of shape ({len(images)}, {num_classes}) for num_classes="
+            f"{num_classes}, got {out.shape} (is num_classes passed to the classifier?)",
+        )
+        expect(
+            np.allclose(out.sum(axis=1), 1.0, atol=1e-5) and (out >= 0).all(),
+            f"expected probabilities (rows summing to 1), got row sums "
+            f"{np.round(out.sum(axis=1), 3).tolist()} (a softmax on the classifier)",
+        )
+
+
+def uses_both_inputs(answer, context):
+    """The output changes with the images and with the metadata"""
+    model = _built_two_branch(answer, context)
+    images, meta = _probe()
+    base = np.asarray(model([images, meta]))
+    for name, pair in (("images", [-images, meta]), ("metadata", [images, -3 * meta])):
+        gap = float(np.max(np.abs(np.asarray(model(pair)) - base)))
+        expect(
+            gap > 1e-6,
+            f"expected the output to change with the {name}, got the same output (does call "
+            "feed each input to its branch and concatenate both?)",
+        )
+
+
 def _switch(answer, context):
     """The answer and a MultiModalModel with the same random weights, and a probe batch."""
     import keras
@@ -238,6 +343,20 @@ EXERCISES = (
     ),
     Exercise(
         "6.3",
+        "A subclass built before any data.",
+        MODEL_CLASS,
+        (built_before_data, count_like_functional, probabilities_per_class, uses_both_inputs),
+        (
+            "InlineMultiModal in the core is the pattern: the layers in __init__, a build that "
+            "builds each of them with the exact shape it will receive, the wiring in call. This "
+            "model has no fusion block; name its layers as the core does.",
+            "In build, unpack the two shapes; build image_branch and meta_branch with them, the "
+            "Concatenate with [(None, 32), (None, 16)] and the Dense(num_classes, "
+            "activation='softmax') with (None, 48).",
+        ),
+    ),
+    Exercise(
+        "6.4",
         "Switch a modality off.",
         MODEL_CLASS,
         (off_ignores_meta, off_zeroes_features, on_is_parent, one_trace_per_flag),

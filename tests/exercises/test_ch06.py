@@ -2,8 +2,15 @@
 
 import keras
 import numpy as np
+import pytest
 
-from companion.models import MultiModalModel, copy_weights, functional_multimodal
+from companion.models import (
+    MultiModalModel,
+    copy_weights,
+    functional_multimodal,
+    image_branch,
+    meta_branch,
+)
 
 
 def _identity(fused_units=48):
@@ -75,6 +82,60 @@ class IgnoresTheFlag(SwitchableModel):
 
 
 def test_switch_a_modality_off(accepted, caught):
-    accepted("6.3", SwitchableModel)
-    caught("6.3", ZeroesTheInput, r"not its input")
-    caught("6.3", IgnoresTheFlag, r"is the flag read in call")
+    accepted("6.4", SwitchableModel)
+    caught("6.4", ZeroesTheInput, r"not its input")
+    caught("6.4", IgnoresTheFlag, r"is the flag read in call")
+
+
+class TwoBranchModel(keras.Model):
+    def __init__(self, num_classes, **kwargs):
+        super().__init__(**kwargs)
+        self.image_branch = image_branch(None)
+        self.meta_branch = meta_branch(None)
+        self.concatenate = keras.layers.Concatenate()
+        self.classifier = keras.layers.Dense(num_classes, activation="softmax")
+
+    def build(self, input_shape):
+        image_shape, meta_shape = input_shape
+        self.image_branch.build(image_shape)
+        self.meta_branch.build(meta_shape)
+        self.concatenate.build([(None, 32), (None, 16)])
+        self.classifier.build((None, 48))
+
+    def call(self, inputs):
+        images, meta = inputs
+        return self.classifier(
+            self.concatenate([self.image_branch(images), self.meta_branch(meta)])
+        )
+
+
+class WithoutBuild(TwoBranchModel):
+    build = keras.Model.build
+
+
+class ClassifierTooWide(TwoBranchModel):
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.classifier = keras.layers.Dense(6, activation="softmax")
+        self.classifier.build((None, 64))
+
+
+class SixClassesAlways(TwoBranchModel):
+    def __init__(self, num_classes, **kwargs):
+        super().__init__(6, **kwargs)
+
+
+class ImagesOnly(TwoBranchModel):
+    def call(self, inputs):
+        images, meta = inputs
+        zeros = keras.ops.zeros_like(self.meta_branch(meta))
+        return self.classifier(self.concatenate([self.image_branch(images), zeros]))
+
+
+@pytest.mark.filterwarnings("ignore:`build\\(\\)` was called on layer:UserWarning")
+def test_a_subclass_built_before_any_data(accepted, caught):
+    accepted("6.3", TwoBranchModel)
+    caught("6.3", WithoutBuild, r"Model\.build only marks the model built")
+    caught("6.3", ClassifierTooWide, r"built for 64 inputs.*32 \+ 16 = 48")
+    caught("6.3", SixClassesAlways, r"\(8, 4\) for num_classes=4.*is num_classes passed")
+    caught("6.3", ImagesOnly, r"change with the metadata")
