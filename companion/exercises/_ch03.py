@@ -1,4 +1,5 @@
-"""Chapter 3, tf.py_function: a native box blur, a kernel size per image, two kernel sizes, GPU."""
+"""Chapter 3, tf.py_function: OpenCV's median in tf.data, a native box blur, a kernel size per
+image, two kernel sizes, the GPU picture."""
 
 from __future__ import annotations
 
@@ -65,6 +66,99 @@ def _compare(got, reference, ksize, what, shape_hint=PAD_HINT):
     expect(
         error.max() < 1e-5,
         f"expected {what} within 1e-5 of OpenCV, got an error of {error.max():.3g}{likely}",
+    )
+
+
+def _median_reference(images):
+    import cv2
+
+    return np.stack([cv2.medianBlur(image, 5) for image in images])
+
+
+def _median_dataset(answer, context):
+    """The 32x32 images mapped with the answer (tracing it, running nothing yet)."""
+    import tensorflow as tf
+
+    images, _ = _images(context)
+    return context.once(
+        "median dataset", lambda: tf.data.Dataset.from_tensor_slices(images).map(answer)
+    )
+
+
+NOT_AN_ARRAY = (
+    "OpenCV received an EagerTensor (tf.py_function passes tensors: call x.numpy() before "
+    "cv2.medianBlur)"
+)
+
+
+def _median_values(answer, context):
+    """The mapped dataset's images, with OpenCV refusing a tensor named as the mistake."""
+
+    def make():
+        try:
+            return np.stack([np.asarray(x) for x in _median_dataset(answer, context)])
+        except Exception as error:
+            if "not a numpy array" not in str(error):
+                raise
+            raise Failed(f"expected the dataset to iterate, got an error: {NOT_AN_ARRAY}") from None
+
+    return context.once("median values", make)
+
+
+def median_keeps_static_shape(answer, context):
+    """The mapped dataset's elements keep the image's static shape, (32, 32, 3)"""
+    shape = _median_dataset(answer, context).element_spec.shape
+    expect(
+        shape.rank is not None and tuple(shape) == (32, 32, 3),
+        f"expected the element shape (32, 32, 3), got {shape} (tf.py_function forgets the "
+        "shape: restore it with blurred.set_shape(image.shape) or tf.ensure_shape)",
+    )
+
+
+def median_equals_opencv(answer, context):
+    """Every image equals cv2.medianBlur(image, 5), exactly"""
+    import cv2
+
+    images, _ = _images(context)
+    got, reference = _median_values(answer, context), _median_reference(images)
+    expect(
+        got.shape == reference.shape,
+        f"expected images of shape {reference.shape[1:]}, got {got.shape[1:]}",
+    )
+    wrong = int(sum(not np.array_equal(g, r) for g, r in zip(got, reference)))
+    three = np.array_equal(got, np.stack([cv2.medianBlur(image, 3) for image in images]))
+    expect(
+        not wrong,
+        f"expected each image to equal cv2.medianBlur(image, 5), got {wrong} of {len(images)} "
+        "different" + (" (they equal the 3x3 median: the size is 5)" if three else ""),
+    )
+
+
+def median_in_a_tf_function(answer, context):
+    """In a tf.function its output has the input's static shape, for 24 x 40 images too"""
+    import tensorflow as tf
+
+    _, large = _images(context)
+    traced = tf.function(answer)
+    for spec in (tf.TensorSpec([24, 40, 3]), tf.TensorSpec([None, None, 3])):
+        shape = traced.get_concrete_function(spec).output_shapes
+        why = " (restore it with set_shape(image.shape))"
+        if shape.rank is not None and tuple(shape) == (32, 32, 3):
+            why = " (the shape is written out: give set_shape the image's own, image.shape)"
+        expect(
+            shape.rank is not None and shape.as_list() == spec.shape.as_list(),
+            f"expected the static shape {tuple(spec.shape)} for a {tuple(spec.shape)} input, "
+            f"got {shape}{why}",
+        )
+    try:
+        got = np.stack([np.asarray(traced(image)) for image in large])
+    except Exception as error:
+        if "not a numpy array" not in str(error):
+            raise
+        raise Failed(f"expected it to run in a tf.function, got an error: {NOT_AN_ARRAY}") from None
+    expect(
+        np.array_equal(got, _median_reference(large)),
+        "expected 24x40 images blurred as cv2.medianBlur(image, 5) does, got different values",
     )
 
 
@@ -231,6 +325,19 @@ def ratio_of_times(answer, context):
 EXERCISES = (
     Exercise(
         "3.1",
+        "OpenCV's median filter in `tf.data`.",
+        FUNCTION,
+        (median_keeps_static_shape, median_equals_opencv, median_in_a_tf_function),
+        (
+            "tf.py_function hands your Python function an EagerTensor, while OpenCV wants a "
+            "NumPy array; and the op it creates has an output of unknown shape.",
+            "Inside median_blur, call tf.py_function with a function that runs "
+            "cv2.medianBlur(x.numpy(), 5) and Tout tf.float32; then call set_shape(image.shape) "
+            "on the result and return it.",
+        ),
+    ),
+    Exercise(
+        "3.2",
         "A native box blur.",
         FUNCTION,
         (box_blur_matches, box_blur_any_shape),
@@ -243,7 +350,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "3.2",
+        "3.3",
         "A kernel size per image, in `tf.data`.",
         FUNCTION,
         (keeps_static_shape, blurs_with_own_ksize, any_image_size),
@@ -255,7 +362,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "3.3",
+        "3.4",
         "Different sizes along x and y.",
         FUNCTION,
         (sizes_3_7_sigmas_1_2, sizes_7_3_sigmas_0),
@@ -268,7 +375,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "3.4",
+        "3.5",
         "The GPU picture.",
         MAPPING,
         (names_the_device, ratio_of_times),
