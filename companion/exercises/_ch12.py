@@ -1,12 +1,15 @@
-"""Chapter 12, GPU benchmarks: a third blur, the blur's own cost in the model, the GPU picture."""
+"""Chapter 12, GPU benchmarks: a first call and the steady ones, a third blur, the blur's own cost
+in the model, the GPU picture."""
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 
 import numpy as np
 
+from companion._checks import describe
 from companion.exercises._framework import FUNCTION, MAPPING, Exercise, expect
 
 _CPU = "/CPU:0"
@@ -18,6 +21,103 @@ def _images():
 
 def _positive_finite(value):
     return isinstance(value, (int, float, np.floating)) and math.isfinite(value) and value > 0
+
+
+#: How long the stand-ins below take: tracing, a result's wait, a call's own work (seconds).
+TRACE_SECONDS, PENDING_SECONDS, BUSY_SECONDS = 0.3, 0.02, 0.005
+
+
+def _spin(seconds):
+    """Busy-wait ``seconds`` (a loop, not a sleep: it holds the CPU as work does)."""
+    start = time.perf_counter()
+    while time.perf_counter() < start + seconds:
+        pass
+
+
+def _timed(answer, call, repeats):
+    """``answer(call, repeats=repeats)``: two positive, finite numbers of seconds."""
+    got = answer(call, repeats=repeats)
+    expect(
+        isinstance(got, (tuple, list)) and len(got) == 2,
+        f"expected a pair (first, steady) of seconds, got {describe(got)}",
+    )
+    bad = [value for value in got if not _positive_finite(value)]
+    expect(not bad, f"expected two positive, finite numbers of seconds, got {tuple(got)}")
+    return float(got[0]), float(got[1])
+
+
+def first_call_apart(answer, context):
+    """The first call, which traces the tf.function, is timed apart from the steady calls"""
+    import tensorflow as tf
+
+    @tf.function
+    def traced(x):
+        time.sleep(TRACE_SECONDS)  # Python code runs while tracing only
+        return x + 1.0
+
+    x = tf.constant(1.0)
+    first, steady = _timed(answer, lambda: traced(x), repeats=2)
+    expect(
+        first >= TRACE_SECONDS,
+        f"expected the first call to take at least the {TRACE_SECONDS} s of tracing, got "
+        f"{first:.3g} s (time the very first call of call(), before any other)",
+    )
+    expect(
+        steady < TRACE_SECONDS / 3,
+        f"expected the steady median well below the {TRACE_SECONDS} s of tracing, got "
+        f"{steady:.3g} s (the first call is among the timed ones: time it apart, then "
+        "`repeats` more calls)",
+    )
+
+
+class _Pending:
+    """A result as a GPU call returns it: at once, before the work is done. ``.numpy()`` (or
+    ``np.asarray``) waits for the work, here a busy loop of ``PENDING_SECONDS``."""
+
+    def numpy(self):
+        _spin(PENDING_SECONDS)
+        return np.float32(0.0)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.numpy(), dtype)
+
+
+def waits_for_the_result(answer, context):
+    """Each timed call waits for its result (.numpy()) before the clock stops"""
+    first, steady = _timed(answer, _Pending, repeats=3)
+    for name, seconds in (("first", first), ("steady", steady)):
+        expect(
+            seconds >= PENDING_SECONDS,
+            f"expected the {name} time to include the {PENDING_SECONDS} s the result takes to "
+            f"be ready, got {seconds:.3g} s (call .numpy() on what call() returns before "
+            "stopping the clock: a GPU call returns before its work is done)",
+        )
+
+
+def seconds_per_call(answer, context):
+    """The steady time is the median seconds of one call, not a total and not ms"""
+    import tensorflow as tf
+
+    spun = []
+
+    def busy():
+        start = time.perf_counter()
+        _spin(BUSY_SECONDS)
+        spun.append(time.perf_counter() - start)
+        return tf.constant(0.0)
+
+    _, steady = _timed(answer, busy, repeats=5)
+    own = float(np.median(spun[1:] or spun))  # a load can stretch the loop: its own time
+    why = ""
+    if steady > 100 * own:
+        why = " (in seconds, not ms)"
+    elif steady > 2 * own:
+        why = " (the time of one call: the median of the calls, not their sum)"
+    expect(
+        0.999 * own <= steady <= 2 * own,
+        f"expected about {own:.3g} s, the median of a call that spins {BUSY_SECONDS} s, got "
+        f"{steady:.3g} s{why}",
+    )
 
 
 def keeps_defaults_adds_numpy_function(answer, context):
@@ -149,6 +249,20 @@ def model_row_ratio(answer, context):
 EXERCISES = (
     Exercise(
         "12.1",
+        "The first call and the steady ones.",
+        FUNCTION,
+        (first_call_apart, waits_for_the_result, seconds_per_call),
+        (
+            "The first call of a tf.function traces it (and XLA compiles it): time that call on "
+            "its own. A call can return before its work is done: the clock stops only after "
+            "the result's .numpy().",
+            "Start a perf_counter, call call() and its .numpy(), stop: that is first. Then do "
+            "the same `repeats` times in a loop, keeping each duration, and return first with "
+            "the median of the durations.",
+        ),
+    ),
+    Exercise(
+        "12.2",
         "A third blur.",
         MAPPING,
         (keeps_defaults_adds_numpy_function, every_method_blurs, blur_op_measures_them),
@@ -160,7 +274,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "12.2",
+        "12.3",
         "The blur's own cost in the model.",
         MAPPING,
         (no_blur_is_identity, own_cost_subtracts, own_cost_of_a_measured_row),
@@ -172,7 +286,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "12.3",
+        "12.4",
         "The GPU picture.",
         FUNCTION,
         (model_row_on_the_device, model_row_ratio),
