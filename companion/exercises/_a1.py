@@ -1,12 +1,201 @@
-"""Appendix, Keras 2 to Keras 3: AdamW with Keras's algebra (A.1), a ported ClippedAdam (A.2)."""
+"""Appendix, Keras 2 to Keras 3: a ported train_step (A.1), a ported ClippedAdam (A.2), AdamW
+with Keras's algebra (A.3)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-from companion.exercises._framework import OPTIMIZER_CLASS, Exercise, expect
+from companion._checks import describe
+from companion.exercises._framework import MODEL_CLASS, OPTIMIZER_CLASS, Exercise, Failed, expect
 
 _W0 = np.array([-1.0, 1.0], "float32")
+
+EPOCHS, WEIGHT_ATOL, LOG_RTOL = 2, 1e-6, 1e-5
+#: The first words of Keras 3's warnings for the Keras 2 shims of a train_step.
+SHIMS = ("`model.compiled_loss()`", "`model.compiled_metrics()`", "`model.loss()`")
+
+
+def _step_data():
+    """64 examples of 3 features and a target, in 8 batches of 8 (equal sizes: fit's loss mean
+    weights each batch by its size)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 3)).astype("float32")
+    y = (x @ np.array([[1.0], [-2.0], [0.5]]) + 0.1 * rng.normal(size=(64, 1))).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+
+
+def _step_model(model_class, l2=0.01, start=None):
+    """``model_class(inputs, outputs)``: 3 -> Dense(4, relu, an L2 penalty) -> Dense(1),
+    compiled with SGD(0.05), MSE and metrics=["mae"], without XLA, from the weights ``start``."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((3,))
+    regularizer = keras.regularizers.L2(l2) if l2 else None
+    hidden = keras.layers.Dense(4, activation="relu", kernel_regularizer=regularizer)
+    model = model_class(inputs, keras.layers.Dense(1)(hidden(inputs)))
+    if start is not None:
+        model.set_weights(start)
+    model.compile(keras.optimizers.SGD(0.05), "mse", metrics=["mae"], jit_compile=False)
+    return model
+
+
+def _fitted(model_class, start, l2=0.01):
+    """(history, weights, warnings) of EPOCHS epochs of fit on the CPU, in the data's order."""
+    import tensorflow as tf
+
+    with tf.device("/CPU:0"):  # the same numbers on every machine: no TF32, no GPU kernels
+        model = _step_model(model_class, l2, start)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            history = model.fit(_step_data(), epochs=EPOCHS, verbose=0, shuffle=False).history
+        return history, model.get_weights(), [str(w.message) for w in caught]
+
+
+def _start(answer, context):
+    """The initial weights of the answer's model, which every run starts from."""
+    import tensorflow as tf
+
+    def make():
+        with tf.device("/CPU:0"):
+            return _step_model(answer).get_weights()
+
+    return context.once("start", make)
+
+
+def _ours(answer, context):
+    def make():
+        try:
+            return _fitted(answer, _start(answer, context))
+        except Exception:  # noqa: BLE001 - diagnosed, or reported as it came
+            _diagnose(answer, _start(answer, context))
+            raise
+
+    return context.once("ours", make)
+
+
+def _diagnose(answer, start):
+    """Raise Failed naming the mistake if one direct call of the step returns no logs."""
+    try:
+        logs = _step_model(answer, start=start).train_step(next(iter(_step_data())))
+    except Exception:  # noqa: BLE001 - it fails on its own: fit's error is reported
+        return
+    expect(
+        isinstance(logs, dict),
+        f"expected train_step to return the logs, a dict, got {describe(logs)} (return "
+        "{m.name: m.result() for m in self.metrics})",
+    )
+
+
+def _keras(answer, context, l2=0.01):
+    """fit's own step (a plain keras.Model) from the answer's initial weights, with ``l2``."""
+    import keras
+
+    return context.once(f"keras {l2}", lambda: _fitted(keras.Model, _start(answer, context), l2))
+
+
+def _weight_gap(ours, theirs):
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs))
+
+
+def _logged(history, name):
+    expect(
+        name in history,
+        f"expected the logs to hold {name!r}, got {sorted(history)} (return a dict of each "
+        "metric's result: {m.name: m.result() for m in self.metrics})",
+    )
+    return np.asarray(history[name], "float64")
+
+
+def step_logs_loss_and_mae(answer, context):
+    """fit runs the step; its logs hold loss and mae"""
+    history, _, _ = _ours(answer, context)
+    for name in ("loss", "mae"):
+        _logged(history, name)
+
+
+def step_weights_like_fit(answer, context):
+    """After 2 epochs the weights equal those of fit's own step within 1e-6"""
+    _, ours, _ = _ours(answer, context)
+    gap = _weight_gap(ours, _keras(answer, context)[1])
+    if gap < WEIGHT_ATOL:
+        return
+    likely = (
+        "compute the loss with self.compute_loss(x=x, y=y, y_pred=y_pred) and apply its "
+        "gradients to self.trainable_variables"
+    )
+    if _weight_gap(ours, _start(answer, context)) == 0:
+        likely = "the weights never moved: apply the gradients with self.optimizer"
+    elif _weight_gap(ours, _keras(answer, context, l2=0.02)[1]) < WEIGHT_ATOL:
+        likely = (
+            "the L2 penalty counted twice: self.compute_loss already adds the model's losses, "
+            "so do not add self.losses (Keras 2's regularization_losses) again"
+        )
+    elif _weight_gap(ours, _keras(answer, context, l2=0.0)[1]) < WEIGHT_ATOL:
+        likely = (
+            "the L2 penalty is missing: self.compute_loss adds the model's losses, a loss "
+            "function called on its own does not"
+        )
+    raise Failed(
+        f"expected the weights of fit's own step within 1e-6 after {EPOCHS} epochs, got a "
+        f"difference of {gap:.3g} ({likely})"
+    )
+
+
+def _log_check(answer, context, name):
+    history, ours, _ = _ours(answer, context)
+    logged = _logged(history, name)
+    theirs_history, theirs, _ = _keras(answer, context)
+    expected = np.asarray(theirs_history[name], "float64")
+    if np.allclose(logged, expected, rtol=LOG_RTOL, atol=0.0):
+        return
+    right_weights = _weight_gap(ours, theirs) < WEIGHT_ATOL
+    if not np.any(logged):
+        likely = f"nothing was added to {name}: update_state it in every step"
+    elif name == "loss" and right_weights:
+        likely = (
+            "the weights are right: the metric named 'loss' is a Mean of the loss values, so "
+            "update it with update_state(loss); only the other metrics take (y, y_pred)"
+        )
+    elif right_weights:
+        likely = (
+            "the weights are right: update every metric but the loss with (y, y_pred), and "
+            "return its result(), the mean over the epoch so far"
+        )
+    else:
+        likely = "the weights differ too: see the check on the weights"
+    shown = ", ".join(f"{value:.4f}" for value in expected)
+    got = ", ".join(f"{value:.4f}" for value in logged)
+    raise Failed(
+        f"expected the logged {name} of fit's own step in the {EPOCHS} epochs ({shown}) within "
+        f"rtol 1e-5, got {got} ({likely})"
+    )
+
+
+def step_loss_logged_like_fit(answer, context):
+    """The logged loss equals fit's own in both epochs (rtol 1e-5)"""
+    _log_check(answer, context, "loss")
+
+
+def step_mae_logged_like_fit(answer, context):
+    """The logged MAE equals fit's own in both epochs (rtol 1e-5)"""
+    _log_check(answer, context, "mae")
+
+
+def step_without_shims(answer, context):
+    """fit gives no warning about Keras 2's compiled_loss or compiled_metrics"""
+    _, _, said = _ours(answer, context)
+    shims = sorted({shim for shim in SHIMS for message in said if message.startswith(shim)})
+    expect(
+        not shims,
+        f"expected no deprecation warning, got {len(shims)}, about {', '.join(shims)} (Keras 3 "
+        "keeps them as shims: compute the loss with self.compute_loss and update each metric "
+        "of self.metrics yourself)",
+    )
 
 
 def _problem():
@@ -152,15 +341,22 @@ def clip_norm_in_config(answer, context):
 EXERCISES = (
     Exercise(
         "A.1",
-        "Match `keras.optimizers.AdamW` bit for bit.",
-        OPTIMIZER_CLASS,
-        (matches_adamw, matches_adamw_elsewhere),
+        "Port a Keras 2 `train_step`.",
+        MODEL_CLASS,
         (
-            "Keep PortedAdamW's constructor; only update_step changes. Read the order of "
-            "operations in the exercise: decay, then alpha, then the moments, then the step.",
-            "self.assign_sub(variable, variable * self.decoupled_decay * lr) first; then "
-            "self.assign_add(m, (gradient - m) * (1 - self.beta_1)), likewise v, and divide "
-            "m * alpha by sqrt(v) + epsilon (no m_hat, no v_hat).",
+            step_logs_loss_and_mae,
+            step_weights_like_fit,
+            step_loss_logged_like_fit,
+            step_mae_logged_like_fit,
+            step_without_shims,
+        ),
+        (
+            "Keras 3 computes the whole loss, the L2 penalties included, in self.compute_loss, "
+            "and self.metrics lists the loss tracker (a Mean named 'loss') with the compiled "
+            "metrics.",
+            "Replace the compiled_loss call by self.compute_loss(x=x, y=y, y_pred=y_pred). Then "
+            "loop over self.metrics: update_state(loss) for the one named 'loss', "
+            "update_state(y, y_pred) for the others, and return each result() by its name.",
         ),
     ),
     Exercise(
@@ -174,6 +370,19 @@ EXERCISES = (
             "Unzip grads_and_vars, clip with tf.clip_by_global_norm(list(grads), "
             "self.clip_norm), zip the clipped gradients back with the variables for "
             "super().apply_gradients, and add clip_norm to get_config.",
+        ),
+    ),
+    Exercise(
+        "A.3",
+        "Match `keras.optimizers.AdamW` bit for bit.",
+        OPTIMIZER_CLASS,
+        (matches_adamw, matches_adamw_elsewhere),
+        (
+            "Keep PortedAdamW's constructor; only update_step changes. Read the order of "
+            "operations in the exercise: decay, then alpha, then the moments, then the step.",
+            "self.assign_sub(variable, variable * self.decoupled_decay * lr) first; then "
+            "self.assign_add(m, (gradient - m) * (1 - self.beta_1)), likewise v, and divide "
+            "m * alpha by sqrt(v) + epsilon (no m_hat, no v_hat).",
         ),
     ),
 )

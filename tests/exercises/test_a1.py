@@ -4,6 +4,90 @@ import keras
 import tensorflow as tf
 
 
+class PortedStep(keras.Model):
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
+class Keras2Step(keras.Model):  # Keras 2's train_step, as written: the shims
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compiled_loss(y, y_pred, regularization_losses=self.losses)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        self.compiled_metrics.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
+class AsTheWarningSays(PortedStep):  # the shim's advice: every metric gets (y, y_pred)
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        for metric in self.metrics:
+            metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
+class PenaltyTwice(PortedStep):  # Keras 2's regularization_losses, added to compute_loss
+    def compute_loss(self, *args, **kwargs):
+        return super().compute_loss(*args, **kwargs) + sum(self.losses)
+
+
+class PenaltyMissing(PortedStep):
+    def compute_loss(self, x=None, y=None, y_pred=None, **kwargs):
+        return keras.ops.mean(keras.losses.mean_squared_error(y, y_pred))
+
+
+class LossNeverLogged(PortedStep):
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        for metric in self.metrics:
+            if metric.name != "loss":
+                metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
+class NoLogs(PortedStep):
+    def train_step(self, data):
+        super().train_step(data)
+
+
+def test_port_a_keras2_train_step(accepted, caught):
+    accepted("A.1", PortedStep)
+    result = caught("A.1", Keras2Step, r"no deprecation warning, got 2.*compiled_loss")
+    assert [f.check for f in result.failures] == [
+        "The logged loss equals fit's own in both epochs (rtol 1e-5)",
+        "fit gives no warning about Keras 2's compiled_loss or compiled_metrics",
+    ]
+    caught("A.1", AsTheWarningSays, r"'loss' is a Mean of the loss values.*update_state\(loss\)")
+    caught("A.1", PenaltyTwice, r"L2 penalty counted twice.*do not add self.losses")
+    caught("A.1", PenaltyMissing, r"L2 penalty is missing")
+    caught("A.1", LossNeverLogged, r"nothing was added to loss")
+    caught("A.1", NoLogs, r"return the logs, a dict, got None")
+
+
 class AdamWState(keras.optimizers.Optimizer):
     def __init__(
         self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, decoupled_decay=0.01
@@ -64,10 +148,10 @@ class FixedEpsilon(KerasAlgebraAdamW):
 
 
 def test_match_adamw(accepted, caught):
-    accepted("A.1", KerasAlgebraAdamW)
-    caught("A.1", PortedAdamW, r"within 1e-6 of keras.optimizers.AdamW.*m_hat and v_hat")
-    caught("A.1", DecayAfterTheStep, r"decay applied after the step")
-    caught("A.1", FixedEpsilon, r"epsilon 0.1.*self.epsilon and self.decoupled_decay, not fixed")
+    accepted("A.3", KerasAlgebraAdamW)
+    caught("A.3", PortedAdamW, r"within 1e-6 of keras.optimizers.AdamW.*m_hat and v_hat")
+    caught("A.3", DecayAfterTheStep, r"decay applied after the step")
+    caught("A.3", FixedEpsilon, r"epsilon 0.1.*self.epsilon and self.decoupled_decay, not fixed")
 
 
 class ClippedAdam(keras.optimizers.Adam):

@@ -129,7 +129,7 @@ def test_hints_are_printed_in_stages(capsys):
         (
             lambda: check("4.9", None),
             ValueError,
-            r"exercise_id: expected one of 1\.1, .*A\.2, got str '4\.9'",
+            r"exercise_id: expected one of 1\.1, .*A\.3, got str '4\.9'",
         ),
         (lambda: check(4.1, None), TypeError, r"exercise_id: expected an exercise id as a str"),
         (
