@@ -1,4 +1,5 @@
-"""Chapter 10, multi-worker training: resume, predict a restart, RMSNorm, padded batches."""
+"""Chapter 10, multi-worker training: each replica's share of the loss, resume, predict a
+restart, RMSNorm, padded batches."""
 
 from __future__ import annotations
 
@@ -7,7 +8,146 @@ import tempfile
 
 import numpy as np
 
-from companion.exercises._framework import FUNCTION, LAYER_CLASS, Exercise, expect
+from companion.exercises._framework import FUNCTION, LAYER_CLASS, Exercise, Failed, expect
+
+GLOBAL_BATCH = 32  # the loss exercise's batch: two replicas of 16 examples
+
+
+def _targets():
+    """A batch of 32 targets and predictions with 3 outputs each (seeded, float32)."""
+    rng = np.random.default_rng(5)
+    y_true = rng.normal(size=(GLOBAL_BATCH, 3)).astype("float32")
+    return y_true, (y_true + rng.normal(size=(GLOBAL_BATCH, 3))).astype("float32")
+
+
+def _batch_mean(y_true, y_pred):
+    """Keras's mean squared error of the whole batch (the one-device loss)."""
+    import keras
+    import tensorflow as tf
+
+    with tf.device("/CPU:0"):
+        return float(keras.losses.MeanSquaredError()(y_true, y_pred))
+
+
+def _two_replicas():
+    """A MirroredStrategy over two logical CPU devices, or a Failed that says how to get them."""
+    import tensorflow as tf
+
+    devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+    expect(
+        len(devices) >= 2,
+        f"expected two logical CPU devices for a two-replica MirroredStrategy, got "
+        f"{len(devices)} (run split_cpu(2) from companion.notebook right after setup(), in a "
+        "fresh kernel, as this chapter does)",
+    )
+    return tf.distribute.MirroredStrategy(devices[:2])
+
+
+def _on_replicas(strategy, fn, batch):
+    """``strategy.run(fn, args=batch)`` in a tf.function, as a training step runs it; an answer
+    that needs eager tensors (NumPy) fails with a message that says so."""
+    import tensorflow as tf
+
+    try:
+        return tf.function(lambda *args: strategy.run(fn, args=args))(*batch)
+    except (TypeError, ValueError, NotImplementedError) as error:
+        last = str(error).strip().splitlines()[-1].removeprefix(f"{type(error).__name__}: ")
+        first = last[:70] + ("..." if len(last) > 70 else "")
+        raise Failed(
+            f"expected a loss made of TensorFlow ops inside a tf.function step, got "
+            f"{type(error).__name__}: {first} (compute it with TensorFlow or keras.ops on "
+            "y_pred, not NumPy)"
+        ) from error
+
+
+def _share_mistake(got, expected):
+    """A hint for a loss ``got`` where ``expected`` was due, when the ratio names a mistake."""
+    ratio = got / expected if expected else float("nan")
+    if abs(ratio - 2.0) < 1e-3:
+        return " (divided by each replica's batch, 16, not by global_batch_size, 32)"
+    if abs(ratio - 3.0) < 1e-3:
+        return " (the squared errors summed over the 3 outputs: take their mean per example)"
+    if abs(ratio - GLOBAL_BATCH) < 1e-2:
+        return " (the sum of the per-example losses: divide it by global_batch_size)"
+    return ""
+
+
+def whole_batch_share(answer, context):
+    """With the whole batch on one replica it equals keras.losses.MeanSquaredError"""
+    import tensorflow as tf
+
+    y_true, y_pred = _targets()
+    with tf.device("/CPU:0"):
+        got = float(answer(tf.constant(y_true), tf.constant(y_pred), GLOBAL_BATCH))
+    expected = _batch_mean(y_true, y_pred)
+    expect(
+        abs(got - expected) <= 1e-5 * abs(expected),
+        f"expected {expected:.6f} for the whole batch of {GLOBAL_BATCH}, got {got:.6f}"
+        + _share_mistake(got, expected),
+    )
+
+
+def shares_add_up(answer, context):
+    """On two replicas of 16 examples the shares add up to the batch's mean"""
+    import tensorflow as tf
+
+    strategy = _two_replicas()
+    y_true, y_pred = _targets()
+    batches = tf.data.Dataset.from_tensor_slices((y_true, y_pred)).batch(GLOBAL_BATCH)
+    batch = next(iter(strategy.experimental_distribute_dataset(batches)))
+    shares = _on_replicas(strategy, lambda y, p: answer(y, p, GLOBAL_BATCH), batch)
+    got = float(strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None))
+    expected = _batch_mean(y_true, y_pred)
+    expect(
+        abs(got - expected) <= 1e-5 * abs(expected),
+        f"expected the two shares to add up to the batch's mean, {expected:.6f}, got "
+        f"{got:.6f}" + _share_mistake(got, expected),
+    )
+
+
+def same_update(answer, context):
+    """One SGD step on two replicas gives the one-device step's weights"""
+    import keras
+    import tensorflow as tf
+
+    strategy = _two_replicas()
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(GLOBAL_BATCH, 4)).astype("float32")
+    y = rng.normal(size=(GLOBAL_BATCH, 3)).astype("float32")
+    start = [rng.normal(size=(4, 3)).astype("float32"), np.zeros(3, "float32")]
+    with tf.device("/CPU:0"):  # the one-device reference: Keras's mean over the whole batch
+        kernel = tf.Variable(start[0])
+        with tf.GradientTape() as tape:
+            loss = keras.losses.MeanSquaredError()(y, x @ kernel + start[1])
+        expected = start[0] - 0.1 * tape.gradient(loss, kernel).numpy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        model.set_weights(start)
+        optimizer = keras.optimizers.SGD(0.1)
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            share = answer(y, model(x, training=True), GLOBAL_BATCH)
+        gradients = tape.gradient(share, model.trainable_variables)
+        expect(
+            all(gradient is not None for gradient in gradients),
+            "expected gradients for the weights, got None (compute the loss with TensorFlow or "
+            "keras.ops on y_pred, not NumPy)",
+        )
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
+    batch = next(iter(strategy.experimental_distribute_dataset(batches)))
+    _on_replicas(strategy, replica_step, batch)
+    got = model.get_weights()[0]
+    gap = float(np.max(np.abs(got - expected)))
+    step = float(np.max(np.abs(expected - start[0])))
+    moved = float(np.max(np.abs(got - start[0])))
+    expect(
+        gap < 1e-5,
+        f"expected the one-device SGD step within 1e-5, got a gap of {gap:.2g}"
+        + _share_mistake(moved, step),
+    )
 
 
 def _small():
@@ -319,6 +459,20 @@ def one_trace_70(answer, context):
 EXERCISES = (
     Exercise(
         "10.1",
+        "Each replica's share of the loss.",
+        FUNCTION,
+        (whole_batch_share, shares_add_up, same_update),
+        (
+            "Each replica sees only its share of the global batch. The optimizer sums the "
+            "replicas' gradients, so each share must be a part of the batch's mean, not a mean "
+            "of its own.",
+            "Take Keras's per-example loss (keras.losses.mean_squared_error: the mean over the "
+            "last axis), sum it over this replica's examples with tf.reduce_sum, and divide the "
+            "sum by global_batch_size.",
+        ),
+    ),
+    Exercise(
+        "10.2",
         "Resume in one process.",
         FUNCTION,
         (seeded, crash_leaves_checkpoint, restart_equals_whole),
@@ -331,7 +485,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "10.2",
+        "10.3",
         "Predict a restart.",
         FUNCTION,
         (restart_3_14, restart_5_7, restart_2_19),
@@ -343,7 +497,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "10.3",
+        "10.4",
         "A layer that reduces in float32.",
         LAYER_CLASS,
         (float32_formula, float16_out_float32_scale, finite_for_large_inputs),
@@ -356,7 +510,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        "10.4",
+        "10.5",
         "One compilation for every batch.",
         FUNCTION,
         (one_trace_100, same_results_100, one_trace_70),

@@ -10,6 +10,7 @@ from companion.cluster import (
     WorkerResult,
     run_workers,
     variables_digest,
+    worker_source,
 )
 
 ENV = Kind(
@@ -24,6 +25,17 @@ ENV = Kind(
     extra_bad=({"A": 1}, {1: "a"}),
 )
 
+#: What ``run_workers`` and ``worker_source`` run: Python source, a def function, or a non-empty
+#: list of them (no function is in the pool: a bad value is never one).
+SOURCE = Kind(
+    "Python source, a def function or a non-empty list of them",
+    lambda v: (
+        (isinstance(v, str) and v != "")
+        or (isinstance(v, (list, tuple)) and v and all(isinstance(p, str) and p for p in v))
+    ),
+    extra_bad=(["pass", ""], [print], lambda: None),
+)
+
 TEXT = Kind("a str (empty too)", lambda v: isinstance(v, str))
 RESULT = WorkerResult(index=0, returncode=1, stdout="", stderr="Traceback ...")
 
@@ -33,12 +45,13 @@ CASES = [
         run_workers,
         {"source": "pass", "num_workers": 1, "timeout": 60.0, "env": None},
         {
-            "source": Str(),
+            "source": SOURCE,
             "num_workers": Int(1, MAX_WORKERS),
             "timeout": Real(above=0, maximum=MAX_TIMEOUT),
             "env": ENV,
         },
     ),
+    Case("worker_source", worker_source, {"source": "pass"}, {"source": SOURCE}),
     Case(
         "variables_digest",
         variables_digest,

@@ -2,9 +2,44 @@
 
 import keras
 import numpy as np
+import tensorflow as tf
 from small_models import dense
 
+from companion.notebook import split_cpu
 from companion.training import fit
+
+split_cpu(2)  # before TensorFlow's first op: 10.1 runs on a two-replica MirroredStrategy
+
+
+def replica_loss(y_true, y_pred, global_batch_size):
+    per_example = keras.losses.mean_squared_error(y_true, y_pred)
+    return tf.reduce_sum(per_example) / global_batch_size
+
+
+def per_replica_mean(y_true, y_pred, global_batch_size):
+    return tf.reduce_mean(keras.losses.mean_squared_error(y_true, y_pred))
+
+
+def sums_the_outputs(y_true, y_pred, global_batch_size):
+    return tf.reduce_sum(tf.square(y_true - y_pred)) / global_batch_size
+
+
+def through_numpy(y_true, y_pred, global_batch_size):
+    return np.sum(np.mean((np.asarray(y_true) - np.asarray(y_pred)) ** 2, axis=-1)) / 32
+
+
+def test_each_replicas_share_of_the_loss(accepted, caught):
+    accepted("10.1", replica_loss)
+    # Keras's own helper, which infers the global batch inside a replica, is right as well
+    accepted(
+        "10.1",
+        lambda y, p, size: tf.nn.compute_average_loss(
+            keras.losses.mean_squared_error(y, p), global_batch_size=size
+        ),
+    )
+    caught("10.1", per_replica_mean, r"each replica's batch, 16, not by global_batch_size")
+    caught("10.1", sums_the_outputs, r"summed over the 3 outputs")
+    caught("10.1", through_numpy, r"not NumPy")
 
 
 def _resumable(folder, data, seed=True, checkpoint_every=2):
@@ -35,9 +70,9 @@ def epoch_checkpoints_only(folder, data):
 
 
 def test_resume_in_one_process(accepted, caught):
-    accepted("10.1", resumable)
-    caught("10.1", unseeded, r"set_random_seed")
-    caught("10.1", epoch_checkpoints_only, r"checkpoint_every=2")
+    accepted("10.2", resumable)
+    caught("10.2", unseeded, r"set_random_seed")
+    caught("10.2", epoch_checkpoints_only, r"checkpoint_every=2")
 
 
 def restart_steps(save_freq, crash_at):
@@ -51,9 +86,9 @@ def steps_after_restart(save_freq, crash_at):
 
 
 def test_predict_a_restart(accepted, caught):
-    accepted("10.2", restart_steps)
-    caught("10.2", steps_after_restart, r"restores optimizer.iterations too")
-    caught("10.2", lambda save_freq, crash_at: 24, r"runs the backup's epoch again")
+    accepted("10.3", restart_steps)
+    caught("10.3", steps_after_restart, r"restores optimizer.iterations too")
+    caught("10.3", lambda save_freq, crash_at: 24, r"runs the backup's epoch again")
 
 
 class RMSNorm(keras.layers.Layer):
@@ -93,10 +128,10 @@ class MeanOverBatch(RMSNorm):
 
 
 def test_a_layer_that_reduces_in_float32(accepted, caught):
-    accepted("10.3", RMSNorm)
-    caught("10.3", SquaresInFloat16, r"cast the inputs to float32 first")
-    caught("10.3", StaysInFloat32, r"float16 output, got float32")
-    caught("10.3", MeanOverBatch, r"over the last axis")
+    accepted("10.4", RMSNorm)
+    caught("10.4", SquaresInFloat16, r"cast the inputs to float32 first")
+    caught("10.4", StaysInFloat32, r"float16 output, got float32")
+    caught("10.4", MeanOverBatch, r"over the last axis")
 
 
 def _run_padded(fn, features, drop=True, fill=np.zeros):
@@ -127,9 +162,9 @@ def unpadded(fn, features):
 
 
 def test_one_compilation_for_every_batch(accepted, caught):
-    accepted("10.4", run_padded)
-    caught("10.4", unpadded, r"got 2 \(pad the last batch")
-    caught("10.4", keeps_the_padding, r"drop the padding")
-    caught("10.4", pads_with_ones, r"pad with zeros")
+    accepted("10.5", run_padded)
+    caught("10.5", unpadded, r"got 2 \(pad the last batch")
+    caught("10.5", keeps_the_padding, r"drop the padding")
+    caught("10.5", pads_with_ones, r"pad with zeros")
     # a broken answer (it forgets to return) is reported, not raised
-    caught("10.4", lambda fn, features: None, r"results of shape")
+    caught("10.5", lambda fn, features: None, r"results of shape")
