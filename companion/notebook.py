@@ -271,7 +271,7 @@ def strip_ansi(text: str) -> str:
         >>> strip_ansi("\x1b[1mModel\x1b[0m summary")
         'Model summary'
 
-    Taught in chapter 11, "tf.debugging.enable_check_numerics: the op and the line".
+    Taught in chapter 11, "The first op that produced it".
     """
     return ANSI_ESCAPE.sub("", check_instance(text, "text", str, "a str"))
 

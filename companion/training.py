@@ -529,7 +529,7 @@ def make_eval_step(
         >>> float(step(next(iter(data.batch(4))))["loss"])  # (0 - 3) ** 2
         9.0
 
-    Taught in chapter 7, "The companion's fit, and model.fit".
+    Taught in chapter 7, "The same weights as model.fit".
     """
     model = _check_model(model)
     _check_loss(loss)
@@ -799,7 +799,7 @@ def fit(
         >>> sorted(history), loss[-1] < loss[0], accuracy[-1] > 0.9
         (['accuracy', 'loss'], True, True)
 
-    Taught in chapter 7, "The companion's fit, and model.fit".
+    Taught in chapter 7, "The same weights as model.fit".
     """
     model = _check_model(model)
     _check_optimizer(optimizer)

@@ -1,7 +1,7 @@
 """Check your answers to the book's exercises: ``check``, ``hint`` and ``list_exercises``.
 
 Each chapter ends with exercises, numbered by chapter (``"4.1"`` is chapter 4's first; the
-appendix's are ``"A.1"`` and ``"A.2"``). Write the answer the exercise asks for (a layer class,
+appendix's are ``"A.1"`` to ``"A.3"``). Write the answer the exercise asks for (a layer class,
 a function, a model, ...), then::
 
     from companion.exercises import check, hint
