@@ -6,9 +6,11 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NOTEBOOKS := $(wildcard book/*.ipynb)
 PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env --nbval-sanitize-with book/_nbval_sanitize.cfg
-# tests/test_pages.py and tests/test_browser.py read the built HTML: they run after `book`, in
-# `make test` only. tests/test_pdf.py reads the PDF: `make test-pdf`.
-UNIT_TESTS := tests --ignore=tests/test_pages.py --ignore=tests/test_browser.py --ignore=tests/test_pdf.py
+# tests/ has three kinds, a folder each: unit/ (the companion, module by module), suites/ (every
+# module at once: bad inputs, conformance, GPU paths, layering, docstrings) and book/ (sources/:
+# notebooks, intro, tools; html/: the built pages, after `book`; pdf/: the PDF, `make test-pdf`).
+UNIT_TESTS := tests/unit tests/suites tests/book/sources
+SITE_TESTS := tests/book/html
 
 COLAB_STACK := requirements-colab.txt
 COLAB_VENV := .venv-colab
@@ -37,7 +39,7 @@ CHAPTER_TESTS = $(if $(NB),$(shell python3 tools/chapter_tests.py $(NB)))
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
 	@echo "make pdf         the whole book as one PDF: _build/html/white-box-tf.pdf (2.5-4 min)"
-	@echo "make test-pdf    make pdf, then check the PDF (tests/test_pdf.py)"
+	@echo "make test-pdf    make pdf, then check the PDF (tests/book/pdf/)"
 	@echo "make test        unit tests + docstring examples + every notebook under nbval + strict book build"
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
 	@echo "make notebooks-gpu  notebooks on Colab's stack under the GPU stand-in (NB=... for one)"
@@ -88,28 +90,28 @@ pdf-tools:
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $(PDF_PACKAGES); }
 
-# tests/test_pdf.py checks the PDF: page count, every figure, every chapter title, nothing cut at
-# the right edge. Outside `make test-pdf` it runs only when the PDF is newer than the book.
+# tests/book/pdf/ checks the PDF: page count, every figure, every chapter title, nothing cut at
+# the right edge.
 test-pdf: pdf
-	WHITE_BOX_TF_TEST_PDF=1 $(BIN)/python -m pytest tests/test_pdf.py
+	$(BIN)/python -m pytest tests/book/pdf
 
 # pyproject.toml configures ruff for the package and tests; book/ruff.toml narrows the notebooks.
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# tests/test_browser.py opens every built page in headless Chromium (Debian's package).
+# tests/book/html/test_browser.py opens every built page in headless Chromium (Debian's package).
 chromium:
 	@command -v chromium >/dev/null || { \
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
-# The book is built first: tests/test_pages.py checks the built pages (Colab links, outputs) and
-# tests/test_browser.py how they look in a browser. Two pytest runs: the unit tests (the slow ones
-# too), the docstring examples of the companion and the pages, test by test as workers free up
+# The book is built first: tests/book/html/ checks the built pages (Colab links, outputs, how they
+# look in a browser). Two pytest runs: the unit tests (the slow ones too), the suites, the book's
+# sources and pages and the docstring examples of the companion, test by test as workers free up
 # (worksteal); then every notebook, each whole on one worker (loadfile: its cells share a kernel).
 test: $(INSTALLED) lint check-template kernels book chromium
-	$(BIN)/python -m pytest -n 2 --dist worksteal --doctest-modules tests companion
+	$(BIN)/python -m pytest -n 2 --dist worksteal --doctest-modules $(UNIT_TESTS) $(SITE_TESTS) companion
 	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_NOTEBOOK_FLAGS) book
 
 unit: $(INSTALLED) kernels

@@ -221,7 +221,7 @@ def _init_functional(model: keras.Model, args: tuple, kwargs: dict) -> None:
     rewrites the ``__bases__`` of the class and of every class above it up to ``keras.Model``
     (here ``GuardedModel``, for the whole process), and ``Functional.__init__``. No public API
     builds a Functional model whose parent classes must stay as they are, so the two calls are
-    made here; ``tests/test_fitting.py`` fails loudly if Keras's ``Model.__init__`` changes
+    made here; ``tests/unit/test_fitting.py`` fails loudly if Keras's ``Model.__init__`` changes
     (``test_the_functional_init_mirrors_keras_model_init``).
     """
     keras.Model.__bases__[0].__init__(model)  # the backend's Trainer

@@ -1,4 +1,0 @@
-"""One bad-input table per companion module (``CASES``, optional ``EXEMPT``).
-
-The engine that runs them is ``tests/badinput.py``.
-"""
