@@ -29,6 +29,7 @@ from companion._checks import (
     describe,
     shorten,
 )
+from companion._text import strip_ansi  # noqa: F401 - public here too
 
 #: The most logical CPU devices ``split_cpu`` makes (replicas for ``tf.distribute`` tests,
 #: not cores).
@@ -255,25 +256,6 @@ def _check_row(row: object, name: str, length: int) -> tuple[object, ...]:
     if len(values) != length:
         raise ValueError(f"{name}: expected {what}, got {describe(row)}")
     return values
-
-
-#: Terminal colour and style codes, which Keras puts in some messages and in ``summary()``.
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-def strip_ansi(text: str) -> str:
-    r"""Remove terminal colour codes (``\x1b[1m`` ...) so text reads the same everywhere.
-
-    Raises:
-        TypeError: If ``text`` is not a str.
-
-    Example:
-        >>> strip_ansi("\x1b[1mModel\x1b[0m summary")
-        'Model summary'
-
-    Taught in chapter 11, "The first op that produced it".
-    """
-    return ANSI_ESCAPE.sub("", check_instance(text, "text", str, "a str"))
 
 
 def describe_error(error: BaseException, lines: int = 1, *, width: int | None = None) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from companion.diagnostics._errors import _error_text
+from companion._text import error_text
 
 
 def _is_keras_module(module: str | None) -> bool:
@@ -81,7 +81,7 @@ def _config_problems(item: Any) -> list[str]:
     try:
         config = item.get_config()
     except Exception as error:  # whatever the user's get_config raises is the finding
-        return [f"{cls}.get_config() raised {_error_text(error)}"]
+        return [f"{cls}.get_config() raised {error_text(error)}"]
     bad = _nonjson_path(config, "config")
     if bad:
         return [f"{cls}.get_config() is not JSON: {bad}"]
@@ -141,7 +141,7 @@ def _from_config_problems(item: Any, config: dict[str, Any]) -> list[str]:
     try:
         restored = type(item).from_config(config)
     except Exception as error:  # whatever the user's constructor raises is the finding
-        return [f"{cls}.from_config(get_config()) raised {_error_text(error)}"]
+        return [f"{cls}.from_config(get_config()) raised {error_text(error)}"]
     return [
         f"{cls}.from_config passed config[{key!r}] (a serialized {value['class_name']}) to "
         "__init__ as a dict: override from_config to deserialize it "

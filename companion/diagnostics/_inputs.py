@@ -16,7 +16,7 @@ from companion._checks import (
     describe,
 )
 from companion._finite import has_nonfinite
-from companion.diagnostics._errors import _error_text
+from companion._text import error_text
 
 
 def _to_numpy(structure: Any) -> list[np.ndarray]:
@@ -82,7 +82,7 @@ def _blaming(name: str, what: str, value: Any) -> Iterator[None]:
     except Exception as error:  # whatever the call raises tells why this value does not fit
         raise ValueError(
             f"{name}: expected {what}, got {_describe_input(value)}; "
-            f"the call raised {_error_text(error)}"
+            f"the call raised {error_text(error)}"
         ) from error
 
 

@@ -25,8 +25,8 @@ from companion._checks import (
     describe,
     shorten,
 )
+from companion._text import error_text, keras_message
 from companion.diagnostics._configs import _config_problems, _custom_objects, _registration
-from companion.diagnostics._errors import _error_text, _keras_message
 from companion.diagnostics._inputs import _as_arrays, _call_on, _subject, _to_numpy
 from companion.notebook import run_python
 
@@ -73,7 +73,7 @@ class RoundtripReport:
 def _warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
     """The messages of Keras's warnings (NumPy's deprecation notices about Keras left out)."""
     return [
-        _keras_message(str(w.message))
+        keras_message(str(w.message))
         for w in caught
         if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))
     ]
@@ -86,7 +86,7 @@ def _save(obj: Any, path: str, notes: list[str]) -> str | None:
         try:
             keras.saving.save_model(obj, path)
         except Exception as error:  # any failure to save is the finding
-            return f"saving failed: {_error_text(error)}"
+            return f"saving failed: {error_text(error)}"
         finally:
             notes.extend(_warning_texts(caught))
     return None
@@ -116,7 +116,7 @@ def _reloaded_state(path: str, sample_input: Any, modules: list[str]) -> dict[st
             if sample_input is not None:
                 state["output"] = _to_numpy(obj(sample_input))
         except Exception as error:  # any failure to import, load or call is the finding
-            state["error"] = f"load_model failed: {_error_text(error)}"
+            state["error"] = f"load_model failed: {error_text(error)}"
         state["warnings"] = _warning_texts(caught)
     return state
 
@@ -144,7 +144,7 @@ def _reload_in_child(
     result = run_python(code, timeout=timeout, env={"PYTHONPATH": search_path})
     if result.returncode != 0 or not os.path.exists(answer):
         last = (result.stderr.strip().splitlines() or ["(no error output)"])[-1]
-        return {"error": f"the fresh process failed: {_keras_message(last)}", "warnings": []}
+        return {"error": f"the fresh process failed: {keras_message(last)}", "warnings": []}
     with open(answer, "rb") as file:
         return pickle.load(file)
 
@@ -298,7 +298,7 @@ def check_roundtrip(
         serialized = json.loads(json.dumps(keras.saving.serialize_keras_object(obj)))
     except Exception as error:  # a get_config that raises, a config that contains itself, ...
         if not report.problems:  # unless a get_config's problem above already says why
-            report.problems.append(f"the object cannot be serialized: {_error_text(error)}")
+            report.problems.append(f"the object cannot be serialized: {error_text(error)}")
         return report
     registration, modules = _registration(serialized, fresh_process)
     report.problems.extend(registration)

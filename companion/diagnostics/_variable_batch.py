@@ -10,7 +10,7 @@ import tensorflow as tf
 from companion._checks import (
     check_callable,
 )
-from companion.diagnostics._errors import _error_text
+from companion._text import error_text
 from companion.diagnostics._inputs import _as_arrays, _call_on, _describe_input, _to_numpy
 
 
@@ -60,7 +60,7 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
     try:
         concrete = traced.get_concrete_function()
     except Exception as error:  # whatever the layer raises while tracing is the finding
-        return [f"tracing with batch size None failed: {_error_text(error)}"]
+        return [f"tracing with batch size None failed: {error_text(error)}"]
     problems = []
     for rows in (None, 1):
         part = tf.nest.map_structure(lambda a: a[:rows], sample_input)
@@ -69,7 +69,7 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
         except Exception as error:  # a graph that runs for one batch size only
             problems.append(
                 f"the traced graph failed on a batch of {len(tf.nest.flatten(part)[0])}: "
-                f"{_error_text(error)}"
+                f"{error_text(error)}"
             )
             continue
         want = [a[:rows] for a in expected]

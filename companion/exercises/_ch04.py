@@ -244,13 +244,13 @@ def _load_in_this_process(model_path, module, x_path, out_path):
     import keras
     import tensorflow as tf
 
-    from companion.diagnostics._errors import _error_text
+    from companion._text import error_text
 
     importlib.import_module(module)
     try:
         model = keras.saving.load_model(model_path)
     except Exception as error:  # noqa: BLE001 - the error's first sentence is the finding
-        print(json.dumps({"error": _error_text(error).split(". ")[0]}))
+        print(json.dumps({"error": error_text(error).split(". ")[0]}))
         return
     with tf.device("/CPU:0"):
         np.save(out_path, np.asarray(model(np.load(x_path))))

@@ -1,28 +1,45 @@
-"""Keras's and TensorFlow's errors as one short line: what went wrong, without the wrapping."""
+"""Text helpers shared by the display and the diagnostics: terminal colours stripped, and an
+error as one short line (what went wrong, without Keras's and TensorFlow's wrapping)."""
 
 from __future__ import annotations
 
 import re
 
-from companion._checks import (
-    shorten,
-)
-from companion.notebook import strip_ansi
+from companion._checks import check_instance, shorten
+
+#: Terminal colour and style codes, which Keras puts in some messages and in ``summary()``.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    r"""Remove terminal colour codes (``\x1b[1m`` ...) so text reads the same everywhere.
+
+    Raises:
+        TypeError: If ``text`` is not a str.
+
+    Example:
+        >>> strip_ansi("\x1b[1mModel\x1b[0m summary")
+        'Model summary'
+
+    Taught in chapter 11, "The first op that produced it".
+    """
+    return ANSI_ESCAPE.sub("", check_instance(text, "text", str, "a str"))
+
 
 #: Longest problem text kept from an error message (Keras appends whole configs to some).
-_MESSAGE_LIMIT = 240
+MESSAGE_LIMIT = 240
 
 
-def _keras_message(text: str) -> str:
+def keras_message(text: str) -> str:
     """``text`` without the whole config Keras appends to some messages, shortened."""
-    return shorten(text.split(" Full object config")[0], _MESSAGE_LIMIT)
+    return shorten(text.split(" Full object config")[0], MESSAGE_LIMIT)
 
 
 #: Lines of Keras's and TensorFlow's error messages that say where, not what.
-_NOISE = ("Exception encountered when calling", "in user code:")
+NOISE = ("Exception encountered when calling", "in user code:")
 
 
-def _error_text(error: BaseException) -> str:
+def error_text(error: BaseException) -> str:
     """``"TypeName: message"`` on one line, keeping what went wrong and dropping the wrapping.
 
     A model's loading error wraps its layer's after ``"Exception encountered: "``, and an error
@@ -40,6 +57,6 @@ def _error_text(error: BaseException) -> str:
     for line in lines:
         if line.startswith("Arguments received by"):
             break
-        if not line.startswith(_NOISE):
+        if not line.startswith(NOISE):
             kept.append(line)
-    return _keras_message(f"{name}: {' '.join(kept)}")
+    return keras_message(f"{name}: {' '.join(kept)}")
