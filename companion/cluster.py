@@ -30,12 +30,12 @@ from typing import Any
 from companion._checks import (
     check_instance,
     check_int,
-    check_real,
     check_sequence,
     check_str,
     describe,
 )
-from companion.notebook import child_environment
+from companion._subprocess import MAX_TIMEOUT as MAX_TIMEOUT
+from companion._subprocess import check_timeout, child_environment
 
 __all__ = [
     "MAX_WORKERS",
@@ -48,8 +48,6 @@ __all__ = [
 
 #: The most workers ``run_workers`` starts: each is a TensorFlow process of its own.
 MAX_WORKERS = 16
-#: The longest ``timeout`` (a day): a job that needs more is not one for this harness.
-MAX_TIMEOUT = 86_400.0
 #: Lines of a failed worker's stderr quoted in the error.
 TAIL_LINES = 20
 
@@ -236,7 +234,8 @@ def run_workers(
         source: Python source, a function or a list of them (see :func:`worker_source`), run
             with ``python -c`` in every worker.
         num_workers: How many workers, an int from 1 to ``MAX_WORKERS``.
-        timeout: Seconds for the whole job: > 0, at most ``MAX_TIMEOUT``.
+        timeout: Seconds for the whole job: > 0, at most ``MAX_TIMEOUT`` (a day, as for
+            :func:`companion.notebook.run_python`).
         env: Extra environment variables (str to str), or None.
 
     Returns:
@@ -259,7 +258,7 @@ def run_workers(
     """
     source = worker_source(source)
     num_workers = check_int(num_workers, "num_workers", minimum=1, maximum=MAX_WORKERS)
-    timeout = check_real(timeout, "timeout", above=0, maximum=MAX_TIMEOUT)
+    timeout = check_timeout(timeout)
     base_env = child_environment(env)
     ports = _free_ports(num_workers)
     with tempfile.TemporaryDirectory() as folder:

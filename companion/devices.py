@@ -13,6 +13,15 @@ MatMul+BiasAdd+ReLU, ``_MklSwish``). A CPU alone shows neither GPU path; these h
   run on the CPU.
 - ``missing_xla_kernel(error)``: the op an XLA error names, on any device (``XLA_CPU_JIT`` on a
   CPU, ``XLA_GPU_JIT`` on a GPU).
+
+The real devices, set once before TensorFlow's first op (``companion.notebook`` re-exports these,
+where the chapters import them):
+
+- ``gpu_available()``: whether TensorFlow lists a GPU.
+- ``enable_gpu_memory_growth()``: the GPUs take memory as they need it, so a child process can
+  share them (``setup()`` calls it).
+- ``split_cpu(devices)``: the CPU as several logical devices, ``tf.distribute`` replicas on one
+  machine.
 """
 
 from __future__ import annotations
@@ -23,14 +32,18 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from companion._checks import check_instance
+from companion._checks import check_instance, check_int
 
 __all__ = [
+    "MAX_CPU_DEVICES",
     "STAND_IN_VARIABLE",
+    "enable_gpu_memory_growth",
+    "gpu_available",
     "gpu_stand_in_active",
     "missing_xla_kernel",
     "simulated_cpu_only",
     "simulated_gpu",
+    "split_cpu",
     "stand_in_requested",
     "start_gpu_stand_in",
 ]
@@ -39,6 +52,87 @@ __all__ = [
 STAND_IN_VARIABLE = "WHITE_BOX_TF_GPU_STAND_IN"
 #: XLA's "no kernel for this op" message, for the CPU's and the GPU's compiler alike.
 _NO_XLA_KERNEL = re.compile(r"No registered '(\w+)' OpKernel for XLA_(?:CPU|GPU)_JIT devices")
+#: The most logical CPU devices ``split_cpu`` makes (replicas for ``tf.distribute`` tests,
+#: not cores).
+MAX_CPU_DEVICES = 256
+
+
+def gpu_available() -> bool:
+    """Return True when TensorFlow can see at least one GPU.
+
+    Taught in chapter 1, "Ops: the atoms".
+    """
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def enable_gpu_memory_growth() -> list[str]:
+    """Let TensorFlow take GPU memory as it needs it instead of all of it at start-up.
+
+    By default the first TensorFlow op maps nearly all GPU memory into the process. A
+    notebook that then starts a child Python process with TensorFlow (chapters 3 and 4 reload
+    saved models in one) would leave the child nothing. With memory growth the parent holds
+    only what it uses, so the child can use the same GPU. Must run before the first op
+    touches the GPU; afterwards TensorFlow refuses, and the GPU is left as it is.
+
+    Returns:
+        The names of the GPUs now growing their memory (empty on a CPU-only runtime).
+
+    Taught in chapter 2, "What composing gives you for free".
+    """
+    import tensorflow as tf
+
+    configured = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:  # the GPU is already initialised: its memory is already mapped
+            continue
+        configured.append(gpu.name)
+    return configured
+
+
+def split_cpu(devices: int = 2) -> list[str]:
+    """Split the CPU into ``devices`` logical devices: ``tf.distribute`` replicas on one machine.
+
+    ``tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])`` then runs two replicas in this
+    process: the same code that runs one replica per GPU, testable without GPUs. Call it once,
+    before TensorFlow runs its first op (right after ``setup()``, which runs none); calling it
+    again with the same number is harmless.
+
+    Args:
+        devices: Number of logical CPU devices (an int from 1 to ``MAX_CPU_DEVICES``).
+
+    Returns:
+        The logical CPU device names, e.g. ``["/device:CPU:0", "/device:CPU:1"]``.
+
+    Raises:
+        TypeError: If ``devices`` is not an int.
+        ValueError: If ``devices`` is below 1 or above ``MAX_CPU_DEVICES``.
+        RuntimeError: If TensorFlow has already started with another number of CPU devices
+            (restart the kernel and call it earlier).
+
+    Taught in chapter 7, "The same loop on two replicas: MirroredStrategy".
+    """
+    devices = check_int(devices, "devices", minimum=1, maximum=MAX_CPU_DEVICES)
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if len(current or [None]) != devices:
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * devices
+            )
+        except RuntimeError as error:
+            running = len(tf.config.list_logical_devices("CPU"))
+            raise RuntimeError(
+                f"devices: TensorFlow already runs with {running} CPU device(s) and cannot "
+                f"switch to {devices}; call split_cpu before the first TensorFlow op "
+                "(restart the kernel)"
+            ) from error
+    return [device.name for device in tf.config.list_logical_devices("CPU")]
 
 
 def _simulated_gpu_device() -> Any:
@@ -90,7 +184,7 @@ def simulated_gpu() -> contextlib.AbstractContextManager[None]:
     nothing else changes, and nothing runs on a GPU. Call ``compile`` inside the block and
     ``fit`` after it: XLA then compiles the step for the CPU, where an op without an XLA kernel
     (``py_function``, a custom C++ op) fails as it does on a GPU. Anything else that asks for
-    devices inside the block (``companion.notebook.gpu_available``, for one) sees the GPU too,
+    devices inside the block (``gpu_available``, for one) sees the GPU too,
     so keep the block short. The device list is restored on exit, also after an error.
 
     Example:

@@ -1,6 +1,8 @@
-"""The GPU stand-in and the device views of ``companion.devices``, on a CPU-only machine.
+"""``companion.devices`` on a CPU-only machine: the real devices (GPU memory growth, the CPU split
+into replicas), the device views and the GPU stand-in.
 
-The stand-in changes the whole process, so each test of it runs in a fresh Python process.
+The stand-in and ``split_cpu`` change the whole process, so each test of them runs in a fresh
+Python process.
 """
 
 import json
@@ -10,12 +12,16 @@ import pytest
 import tensorflow as tf
 from helpers.small_models import dense
 
+from companion import devices, notebook
 from companion.devices import (
     STAND_IN_VARIABLE,
+    enable_gpu_memory_growth,
+    gpu_available,
     gpu_stand_in_active,
     missing_xla_kernel,
     simulated_cpu_only,
     simulated_gpu,
+    split_cpu,
 )
 from companion.notebook import run_python
 
@@ -23,7 +29,26 @@ from companion.notebook import run_python
 def test_this_machine_lists_no_gpu_and_no_stand_in_is_active():
     # the tests below assume a CPU-only machine: on a GPU they would not show the stand-in
     assert not tf.config.list_physical_devices("GPU")
-    assert not gpu_stand_in_active()
+    assert not gpu_available() and not gpu_stand_in_active()
+
+
+@pytest.mark.parametrize(
+    "name", ["gpu_available", "enable_gpu_memory_growth", "split_cpu", "MAX_CPU_DEVICES"]
+)
+def test_the_device_helpers_have_one_home_that_notebook_re_exports(name):
+    # chapters and README import them from companion.notebook; they are defined here only
+    assert getattr(notebook, name) is getattr(devices, name)
+    assert name in devices.__all__ and name not in notebook.__all__
+
+
+def test_memory_growth_skips_a_gpu_that_is_already_initialised(monkeypatch):
+    def refuse(device, enable):
+        raise RuntimeError("Physical devices cannot be modified after being initialized")
+
+    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [gpu])
+    monkeypatch.setattr(tf.config.experimental, "set_memory_growth", refuse)
+    assert enable_gpu_memory_growth() == []
 
 
 def test_simulated_cpu_only_hides_a_gpu_from_compile():
@@ -119,3 +144,36 @@ def test_missing_xla_kernel_reads_the_op_from_a_real_xla_error_and_a_gpu_one():
     assert "XLA_GPU_JIT" in on_a_gpu
     assert missing_xla_kernel(on_a_gpu) == "EagerPyFunc"
     assert missing_xla_kernel(ValueError("shapes differ")) is None
+
+
+def test_split_cpu_gives_mirrored_strategy_two_replicas_in_a_fresh_process():
+    result = run_python(
+        "import tensorflow as tf\n"
+        "from companion.devices import split_cpu\n"
+        "names = split_cpu(2)\n"
+        "assert split_cpu(2) == names  # a second call with the same number is harmless\n"
+        "strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])\n"
+        "print(len(names), strategy.num_replicas_in_sync)\n"
+        "try:\n"
+        "    split_cpu(3)\n"
+        "except RuntimeError as error:\n"
+        "    print(str(error).split(';')[0])\n"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    first, second = result.stdout.splitlines()[-2:]
+    assert first == "2 2"
+    assert second == "devices: TensorFlow already runs with 2 CPU device(s) and cannot switch to 3"
+
+
+def test_split_cpu_rejects_bad_counts():
+    with pytest.raises(ValueError, match="^devices: expected an int >= 1"):
+        split_cpu(0)
+    with pytest.raises(TypeError, match="^devices: expected an int >= 1"):
+        split_cpu(2.0)
+
+
+def test_split_cpu_refuses_a_huge_count_before_asking_tensorflow():
+    with pytest.raises(
+        ValueError, match=r"^devices: expected an int >= 1 and <= 256, got int 1000000000000$"
+    ):
+        split_cpu(10**12)

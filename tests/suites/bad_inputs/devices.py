@@ -1,10 +1,11 @@
-"""Bad inputs for ``companion.devices``: the XLA error reader."""
+"""Bad inputs for ``companion.devices``: the CPU split into replicas and the XLA error reader."""
 
-from helpers.badinput import Case, Instance
+from helpers.badinput import Case, Instance, Int
 
-from companion.devices import missing_xla_kernel
+from companion.devices import MAX_CPU_DEVICES, missing_xla_kernel, split_cpu
 
 CASES = [
+    Case("split_cpu", split_cpu, {"devices": 2}, {"devices": Int(1, MAX_CPU_DEVICES)}),
     Case(
         "missing_xla_kernel",
         missing_xla_kernel,

@@ -1,205 +1,23 @@
-"""Notebook helpers: reproducible set-up, environment checks, plain-text tables, error
-messages without terminal colours, and a fresh Python process for "does it load elsewhere?".
+"""Text display for a chapter's output: tables, wrapped text, JSON, and errors shown short.
 
-Every chapter starts with ``setup()``. The display helpers keep a chapter's visible cells to
-the code being taught: ``show_error`` (an error as Python shows it, short), ``show_table``
-(a small table), ``print_wrapped`` (text wrapped to the page column) and ``show_json``
-(a config or other JSON data, one line per key), one home each.
+Everything is wrapped to ``PAGE_WIDTH``, the page's code column, and has its terminal colour codes
+removed, so that a stored output reads the same on the page, in Colab and under nbval.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from companion._checks import (
-    check_bool,
-    check_instance,
-    check_int,
-    check_real,
-    check_seed,
-    check_sequence,
-    describe,
-    shorten,
-)
-from companion._text import strip_ansi  # noqa: F401 - public here too
+from companion._checks import check_instance, check_int, check_sequence, describe, shorten
+from companion._text import strip_ansi
 
-#: The most logical CPU devices ``split_cpu`` makes (replicas for ``tf.distribute`` tests,
-#: not cores).
-MAX_CPU_DEVICES = 256
-#: The longest ``run_python`` waits for its child: one week, in seconds.
-MAX_TIMEOUT = 7 * 24 * 3600.0
 #: The width of the book's page column in characters, which the display helpers wrap to.
 PAGE_WIDTH = 88
-
-
-def in_colab() -> bool:
-    """Return True when running inside a Google Colab kernel.
-
-    Taught in chapter 1, "Ops: the atoms".
-    """
-    return "google.colab" in sys.modules
-
-
-def gpu_available() -> bool:
-    """Return True when TensorFlow can see at least one GPU.
-
-    Taught in chapter 1, "Ops: the atoms".
-    """
-    import tensorflow as tf
-
-    return bool(tf.config.list_physical_devices("GPU"))
-
-
-def enable_gpu_memory_growth() -> list[str]:
-    """Let TensorFlow take GPU memory as it needs it instead of all of it at start-up.
-
-    By default the first TensorFlow op maps nearly all GPU memory into the process. A
-    notebook that then starts a child Python process with TensorFlow (chapters 3 and 4 reload
-    saved models in one) would leave the child nothing. With memory growth the parent holds
-    only what it uses, so the child can use the same GPU. Must run before the first op
-    touches the GPU; afterwards TensorFlow refuses, and the GPU is left as it is.
-
-    Returns:
-        The names of the GPUs now growing their memory (empty on a CPU-only runtime).
-
-    Taught in chapter 2, "What composing gives you for free".
-    """
-    import tensorflow as tf
-
-    configured = []
-    for gpu in tf.config.list_physical_devices("GPU"):
-        try:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:  # the GPU is already initialised: its memory is already mapped
-            continue
-        configured.append(gpu.name)
-    return configured
-
-
-def split_cpu(devices: int = 2) -> list[str]:
-    """Split the CPU into ``devices`` logical devices: ``tf.distribute`` replicas on one machine.
-
-    ``tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])`` then runs two replicas in this
-    process: the same code that runs one replica per GPU, testable without GPUs. Call it once,
-    before TensorFlow runs its first op (right after ``setup()``, which runs none); calling it
-    again with the same number is harmless.
-
-    Args:
-        devices: Number of logical CPU devices (an int from 1 to ``MAX_CPU_DEVICES``).
-
-    Returns:
-        The logical CPU device names, e.g. ``["/device:CPU:0", "/device:CPU:1"]``.
-
-    Raises:
-        TypeError: If ``devices`` is not an int.
-        ValueError: If ``devices`` is below 1 or above ``MAX_CPU_DEVICES``.
-        RuntimeError: If TensorFlow has already started with another number of CPU devices
-            (restart the kernel and call it earlier).
-
-    Taught in chapter 7, "The same loop on two replicas: MirroredStrategy".
-    """
-    devices = check_int(devices, "devices", minimum=1, maximum=MAX_CPU_DEVICES)
-    import tensorflow as tf
-
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    current = tf.config.get_logical_device_configuration(cpu)
-    if len(current or [None]) != devices:
-        try:
-            tf.config.set_logical_device_configuration(
-                cpu, [tf.config.LogicalDeviceConfiguration()] * devices
-            )
-        except RuntimeError as error:
-            running = len(tf.config.list_logical_devices("CPU"))
-            raise RuntimeError(
-                f"devices: TensorFlow already runs with {running} CPU device(s) and cannot "
-                f"switch to {devices}; call split_cpu before the first TensorFlow op "
-                "(restart the kernel)"
-            ) from error
-    return [device.name for device in tf.config.list_logical_devices("CPU")]
-
-
-def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
-    """Seed Python, NumPy and TensorFlow, quiet TensorFlow's logs, describe the runtime.
-
-    Call it once at the top of a notebook (before building models). Two runs of the same
-    small CPU training after ``setup(seed)`` give identical weights. On a GPU runtime it
-    also turns on memory growth (``enable_gpu_memory_growth``), so that a child Python
-    process started by the notebook can use the GPU too.
-
-    It turns TF32 off (``tf.config.experimental.enable_tensor_float_32_execution(False)``):
-    A100, L4 and later GPUs otherwise run float32 matrix products and convolutions with a
-    10-bit mantissa, and the book's comparisons with NumPy, Keras built-ins or a CPU run would
-    miss their bounds there. It changes nothing on a CPU or a T4. Chapter 12 turns TF32 back on
-    where it times matrix products.
-
-    When the environment variable ``WHITE_BOX_TF_GPU_STAND_IN`` is ``"1"``, it also starts the
-    GPU stand-in (``companion.devices.start_gpu_stand_in``): Keras and TensorFlow see a GPU and
-    make a GPU's choices, while the ops run on the CPU.
-
-    Args:
-        seed: Integer seed for ``random``, NumPy and TensorFlow, from 0 to ``2**32 - 1``.
-        verbose: Print the versions, the device, TF32 and whether this is Colab (a bool).
-
-    Returns:
-        A dict with keys ``tensorflow``, ``keras``, ``python``, ``device`` (``"GPU"``,
-        ``"GPU stand-in"`` or ``"CPU"``), ``colab``, ``seed``, ``tf32`` (False) and
-        ``gpu_memory_growth`` (the GPUs set to grow their memory).
-
-    Raises:
-        TypeError: If ``seed`` is not an int or ``verbose`` not a bool.
-        ValueError: If ``seed`` is negative or above ``2**32 - 1``.
-
-    Example:
-        >>> from companion.notebook import setup
-        >>> info = setup(seed=0, verbose=False)
-        >>> info["seed"], info["tf32"]
-        (0, False)
-
-    Taught in chapter 1, "Ops: the atoms".
-    """
-    seed = check_seed(seed)
-    verbose = check_bool(verbose, "verbose")
-
-    # Must be set before TensorFlow's C++ runtime loads to silence its start-up chatter.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import keras
-    import tensorflow as tf
-
-    from companion import devices
-
-    tf.get_logger().setLevel("ERROR")
-    growing = enable_gpu_memory_growth()
-    if devices.stand_in_requested():
-        devices.start_gpu_stand_in()
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    keras.utils.set_random_seed(seed)  # seeds random, NumPy and TensorFlow together
-
-    device = "CPU"
-    if gpu_available():
-        device = "GPU stand-in" if devices.gpu_stand_in_active() else "GPU"
-    info: dict[str, object] = {
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "python": sys.version.split()[0],
-        "device": device,
-        "colab": in_colab(),
-        "seed": seed,
-        "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
-        "gpu_memory_growth": growing,
-    }
-    if verbose:
-        print(f"TensorFlow {info['tensorflow']}, Keras {info['keras']}, Python {info['python']}")
-        print(f"device: {device}, Colab: {'yes' if info['colab'] else 'no'}, seed: {seed}")
-        print("TF32: off (float32 matmuls are exact float32 on A100/L4 too)")
-    return info
 
 
 def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:
@@ -296,80 +114,6 @@ def describe_error(error: BaseException, lines: int = 1, *, width: int | None = 
         textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent) for line in kept
     ]
     return "\n".join([f"{name}:", *wrapped])
-
-
-def run_python(
-    code: str, *, timeout: float = 300, env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    r"""Run ``code`` in a fresh Python process (this kernel's interpreter) and capture its output.
-
-    The honest test of "does this saved model load elsewhere?": the child has imported
-    nothing and registered nothing. TensorFlow's C++ start-up logs are silenced in it
-    (``TF_CPP_MIN_LOG_LEVEL=3``) so that ``stderr`` holds only real errors. The child sees
-    the same GPUs as the notebook (``setup`` lets the notebook's share of GPU memory grow).
-
-    Args:
-        code: Python source to run with ``python -c``.
-        timeout: Seconds before the child is killed (``subprocess.TimeoutExpired``): a finite
-            number > 0, at most ``MAX_TIMEOUT`` (a week).
-        env: Extra environment variables for the child, on top of this process's: a mapping
-            of str to str, or None.
-
-    Returns:
-        The ``subprocess.CompletedProcess`` with ``returncode``, ``stdout`` and ``stderr`` as text.
-
-    Raises:
-        TypeError: If ``code`` is not a str, ``timeout`` not a number or ``env`` not a mapping
-            of str to str.
-        ValueError: If ``timeout`` is not > 0, NaN, infinite or above ``MAX_TIMEOUT``.
-
-    Example:
-        >>> run_python("print(6 * 7)").stdout
-        '42\n'
-
-    Taught in chapter 2, "What composing gives you for free".
-    """
-    check_instance(code, "code", str, "Python source as a str")
-    timeout = check_real(timeout, "timeout", above=0, maximum=MAX_TIMEOUT)
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=child_environment(env),
-    )
-
-
-#: The variables every child process of a chapter gets, to keep TensorFlow's C++ start-up logs
-#: off and tracebacks plain. An IPython kernel sets ``FORCE_COLOR=1``, which Python 3.13 obeys in
-#: a child (its tracebacks then carry colour codes onto the page); ``PYTHON_COLORS=0`` wins.
-CHILD_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHON_COLORS": "0"}
-
-
-def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a chapter's child process: this one's, ``CHILD_DEFAULTS``, then ``env``.
-
-    Args:
-        env: Extra variables, which win over the rest: a mapping of str to str, or None.
-
-    Returns:
-        A new dict; ``os.environ`` is left as it was.
-
-    Raises:
-        TypeError: If ``env`` is not a mapping of str to str.
-
-    Example:
-        >>> child_environment({"KERAS_BACKEND": "jax"})["PYTHON_COLORS"]
-        '0'
-
-    Taught in chapter 2, "What composing gives you for free".
-    """
-    if env is not None:
-        check_instance(env, "env", Mapping, "a mapping of str to str or None")
-        for key, value in env.items():
-            check_instance(key, f"env[{key!r}]", str, "a str name")
-            check_instance(value, f"env[{key!r}]", str, "a str value")
-    return {**os.environ, **CHILD_DEFAULTS, **(env or {})}
 
 
 def show_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:
