@@ -30,8 +30,8 @@ from companion._checks import (
     float_tensor,
     is_real,
 )
+from companion._clipping import clip_by_global_norm
 from companion._finite import nonfinite_flag
-from companion.training import clip_by_global_norm
 
 __all__ = [
     "ExpectedCalibrationError",

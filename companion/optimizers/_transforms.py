@@ -18,8 +18,8 @@ from companion._checks import (
     dtype_max,
     dtype_tiny,
 )
+from companion._clipping import clip_by_global_norm
 from companion.optimizers._shared import _path, _replicas, register
-from companion.training import clip_by_global_norm
 
 #: The largest :class:`GaussianNoise` ``stddev``: its noise (|draw| < 8 standard deviations)
 #: stays finite.

@@ -18,7 +18,6 @@ import companion
 PACKAGE = Path(companion.__file__).parent
 CHECKS = {"_checks"}
 HELPERS = CHECKS | {"_finite", "notebook", "devices", "data", "timing", "cluster"}
-HELPERS |= {"_training_state", "_training_checks"}  # training's records, hooks and checks
 HELPERS |= {"_kernels"}  # chapter 13's build system
 HELPERS |= {"_text", "_clipping", "_subprocess"}  # shared text, global-norm clipping, child processes
 EARLY_CHAPTERS = {"introspection", "ops", "pyfunc", "tflite", "layers", "gradients"}  # chapters 1-5

@@ -1,45 +1,161 @@
 """The checks of ``companion.training``'s arguments: models, datasets, metrics, strategies.
 
-Each raises the project's error (``"<argument>: expected <what>, got <type> <value>"``) before
-anything is traced, so that a bad call to ``fit``, ``make_train_step`` or ``make_eval_step``
-fails at once, naming its argument.
+:func:`check_arguments` runs them for ``fit``, ``make_train_step`` and ``make_eval_step``, once
+per call and in one order, so that a bad call fails before anything is traced, naming its
+argument (``"<argument>: expected <what>, got <type> <value>"``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import keras
 import tensorflow as tf
 
 from companion._checks import (
+    check_bool,
     check_callable,
+    check_clip_norm,
     check_instance,
     check_int,
     check_path,
-    check_sequence,
     describe,
     shorten,
 )
+from companion.training._errors import learning_rate
+from companion.training._metrics import MetricEntry, check_metric_keys, metric_entries
 
-#: One metric and where it reads: ``(output key or None for the whole output, metric, log name)``.
-MetricEntry = tuple[Any, keras.metrics.Metric, str]
+#: The most epochs ``fit`` takes: a million passes over the data; more is a slip (``10**12`` would
+#: never end).
+MAX_EPOCHS = 10**6
+
+#: Stands for the optimizer of a function that takes none (``make_eval_step``).
+NO_OPTIMIZER = object()
 
 
-def _check_model(model: Any) -> keras.Model:
-    return check_instance(model, "model", keras.Model, "a keras.Model")
+class FitOptions(NamedTuple):
+    """The arguments only ``fit`` takes: what it trains on, how long, and what it records."""
+
+    dataset: Any
+    validation_data: Any
+    epochs: Any
+    progress: Any
+    log_dir: Any
+    checkpoint_dir: Any
+    checkpoint_every: Any
+    on_epoch_end: Any
 
 
-def _check_built(model: keras.Model) -> None:
+@dataclasses.dataclass(frozen=True)
+class Arguments:
+    """The checked arguments of ``fit``, ``make_train_step`` or ``make_eval_step``."""
+
+    model: keras.Model
+    loss: Callable[..., Any]
+    entries: list[MetricEntry]
+    strategy: tf.distribute.Strategy
+    #: None for ``make_eval_step``.
+    optimizer: keras.optimizers.Optimizer | None
+    clip_norm: float | None
+    element_spec: Any
+    #: The model's trainable variables (none for ``make_eval_step``, which trains nothing).
+    variables: list[Any]
+    #: ``fit``'s own arguments, checked; None for the steps.
+    fit: FitOptions | None
+
+
+def check_arguments(
+    model: Any,
+    *,
+    loss: Any,
+    metrics: Any,
+    strategy: Any,
+    optimizer: Any = NO_OPTIMIZER,
+    clip_norm: Any = None,
+    element_spec: Any = None,
+    fit: FitOptions | None = None,
+) -> Arguments:
+    """Check the arguments of a training function, each once, the first bad one raising.
+
+    An unbuilt model is built for ``fit``'s datasets, as ``model.fit`` does; a training function
+    (one with an optimizer) needs trainable variables, ``make_eval_step`` a built model.
+    """
+    model = check_instance(model, "model", keras.Model, "a keras.Model")
+    trains = optimizer is not NO_OPTIMIZER
+    if trains:
+        _check_optimizer(optimizer)
+    _check_signature(loss, "loss", "a callable loss(y_true, y_pred)", (None, None))
+    if fit is not None:  # fit checks clip_norm between its datasets and what it records
+        fit, clip_norm = _check_fit(fit, clip_norm)
+    entries = metric_entries(metrics)
+    if fit is None:  # the steps, after their metrics
+        clip_norm = check_clip_norm(clip_norm)
+    strategy = _check_strategy(strategy, model, optimizer if trains else None)
+    element_spec = _check_element_spec(element_spec)
+    if fit is not None:
+        for data, name in ((fit.dataset, "dataset"), (fit.validation_data, "validation_data")):
+            if data is not None:
+                _check_inputs(model, data, name, strategy)
+    variables = _check_trainable(model) if trains else _check_built(model)
+    _check_output_keys(entries, model)
+    return Arguments(
+        model,
+        loss,
+        entries,
+        strategy,
+        optimizer if trains else None,
+        clip_norm,
+        element_spec,
+        variables,
+        fit,
+    )
+
+
+def _check_fit(options: FitOptions, clip_norm: Any) -> tuple[FitOptions, float | None]:
+    """``fit``'s own arguments and ``clip_norm``, checked in this order: the datasets, epochs,
+    ``clip_norm``, then what ``fit`` shows and records."""
+    dataset = _check_pairs(options.dataset, "dataset")
+    validation_data = options.validation_data
+    if validation_data is not None:
+        validation_data = _check_pairs(validation_data, "validation_data")
+    epochs = check_int(options.epochs, "epochs", minimum=1, maximum=MAX_EPOCHS)
+    clip_norm = check_clip_norm(clip_norm)
+    options = options._replace(dataset=dataset, validation_data=validation_data, epochs=epochs)
+    return _check_records(options), clip_norm
+
+
+def _check_records(options: FitOptions) -> FitOptions:
+    """What ``fit`` shows and records, checked: progress, TensorBoard, checkpoints, callback."""
+    progress = check_bool(options.progress, "progress")
+    log_dir = _check_folder(options.log_dir, "log_dir", "TensorBoard's files")
+    checkpoint_dir = _check_folder(options.checkpoint_dir, "checkpoint_dir", "checkpoints")
+    every = check_int(options.checkpoint_every, "checkpoint_every", minimum=1, allow_none=True)
+    if every is not None and checkpoint_dir is None:
+        raise ValueError(
+            f"checkpoint_every: expected None without a checkpoint_dir, got {every}; pass "
+            f"checkpoint_dir too"
+        )
+    if options.on_epoch_end is not None:
+        what = "a callable(epoch, logs) or None"
+        _check_signature(options.on_epoch_end, "on_epoch_end", what, (1, {}))
+    return options._replace(
+        progress=progress, log_dir=log_dir, checkpoint_dir=checkpoint_dir, checkpoint_every=every
+    )
+
+
+def _check_built(model: keras.Model) -> list[Any]:
+    """Nothing (no variables to train), after checking that the model is built."""
     if not model.built:
         raise ValueError(
             f"model: expected a built model, got an unbuilt {type(model).__name__}; call it on a "
             f"batch first, or give it an Input (fit builds it from the dataset)"
         )
+    return []
 
 
 def _check_trainable(model: keras.Model) -> list[Any]:
@@ -85,17 +201,12 @@ def _check_optimizer(optimizer: Any) -> None:
     check_instance(
         optimizer, "optimizer", keras.optimizers.Optimizer, "a keras.optimizers.Optimizer"
     )
-    rate = _learning_rate(optimizer)
+    rate = learning_rate(optimizer)
     if not math.isfinite(rate):
         raise ValueError(
             f"optimizer: expected a finite learning rate, got {type(optimizer).__name__} with "
             f"learning_rate {rate}"
         )
-
-
-def _learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
-    """The optimizer's current learning rate, read from the device (a schedule's value now)."""
-    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 def _check_signature(function: Any, name: str, what: str, arguments: tuple[Any, ...]) -> None:
@@ -111,10 +222,6 @@ def _check_signature(function: Any, name: str, what: str, arguments: tuple[Any, 
         raise TypeError(
             f"{name}: expected {what}, got {describe(function)} with parameters {signature}"
         ) from None
-
-
-def _check_loss(loss: Any) -> None:
-    _check_signature(loss, "loss", "a callable loss(y_true, y_pred)", (None, None))
 
 
 def _shown(spec: Any) -> str:
@@ -166,44 +273,6 @@ def _check_folder(value: Any, name: str, holds: str) -> str | None:
     return os.fspath(path)
 
 
-def _check_metric(metric: Any, name: str) -> keras.metrics.Metric:
-    return check_instance(metric, name, keras.metrics.Metric, "a keras.metrics.Metric")
-
-
-def _metric_entries(metrics: Any) -> list[MetricEntry]:
-    """Flatten ``metrics`` (a sequence, or a mapping from output key to metrics) into entries.
-
-    Each entry's log name must be its own and not ``"loss"``: the history has one list per name.
-    """
-    what = "a list of keras.metrics.Metric or a mapping from output key to metrics"
-    if isinstance(metrics, Mapping):
-        pairs = [
-            (key, m)
-            for key, value in metrics.items()
-            for m in (
-                check_sequence(
-                    value, f"metrics[{key!r}]", "metrics", item=_check_metric, min_length=0
-                )
-                if isinstance(value, (list, tuple))
-                else [_check_metric(value, f"metrics[{key!r}]")]
-            )
-        ]
-    else:
-        pairs = [
-            (None, m)
-            for m in check_sequence(metrics, "metrics", what, item=_check_metric, min_length=0)
-        ]
-    entries = [(key, m, m.name if key is None else f"{key}_{m.name}") for key, m in pairs]
-    names = [name for _, _, name in entries]
-    for name in names:
-        if name == "loss" or names.count(name) > 1:
-            raise ValueError(
-                f"metrics: expected metrics with distinct names other than 'loss', got "
-                f"{describe(metrics)}, whose names clash on {name!r}"
-            )
-    return entries
-
-
 def _check_strategy(strategy: Any, model: keras.Model, optimizer: Any) -> tf.distribute.Strategy:
     """The strategy to run under (TensorFlow's default one for None), the variables checked."""
     if strategy is None:
@@ -233,14 +302,6 @@ def _tf_variable(variable: Any) -> Any:
     )
 
 
-def _check_metric_keys(entries: list[MetricEntry], structure: Any, what: str) -> None:
-    """Each output key of ``entries`` must be a key of ``structure`` (outputs or targets)."""
-    for key, _, _ in entries:
-        if key is not None and not (isinstance(structure, Mapping) and key in structure):
-            keys = sorted(structure) if isinstance(structure, Mapping) else "none: a single tensor"
-            raise ValueError(f"metrics: expected keys of {what} ({keys}), got {key!r}")
-
-
 def _check_output_keys(entries: list[MetricEntry], model: keras.Model) -> None:
     """Check the metrics' output keys now when Keras knows the outputs (a Functional model);
     otherwise the step checks them when it is traced."""
@@ -248,26 +309,4 @@ def _check_output_keys(entries: list[MetricEntry], model: keras.Model) -> None:
         outputs = model.output
     except (AttributeError, ValueError):
         return
-    _check_metric_keys(entries, outputs, "the model's outputs")
-
-
-def _check_checkpoint_every(every: Any, checkpoint_dir: str | None) -> int | None:
-    every = check_int(every, "checkpoint_every", minimum=1, allow_none=True)
-    if every is not None and checkpoint_dir is None:
-        raise ValueError(
-            f"checkpoint_every: expected None without a checkpoint_dir, got {every}; pass "
-            f"checkpoint_dir too"
-        )
-    return every
-
-
-def _check_records(
-    log_dir: Any, checkpoint_dir: Any, checkpoint_every: Any, on_epoch_end: Any
-) -> tuple[str | None, str | None, int | None]:
-    """What ``fit`` records, checked: ``(log_dir, checkpoint_dir, checkpoint_every)``."""
-    log_dir = _check_folder(log_dir, "log_dir", "TensorBoard's files")
-    checkpoint_dir = _check_folder(checkpoint_dir, "checkpoint_dir", "checkpoints")
-    checkpoint_every = _check_checkpoint_every(checkpoint_every, checkpoint_dir)
-    if on_epoch_end is not None:
-        _check_signature(on_epoch_end, "on_epoch_end", "a callable(epoch, logs) or None", (1, {}))
-    return log_dir, checkpoint_dir, checkpoint_every
+    check_metric_keys(entries, outputs, "the model's outputs")
