@@ -1,7 +1,7 @@
 """Text display for a chapter's output: tables, wrapped text, JSON, and errors shown short.
 
-Everything is wrapped to ``PAGE_WIDTH``, the page's code column, and has its terminal colour codes
-removed, so that a stored output reads the same on the page, in Colab and under nbval.
+Text, JSON and errors are wrapped to ``PAGE_WIDTH``, the page's code column, with their terminal
+colour codes removed, so that a stored output reads the same on the page, in Colab and under nbval.
 """
 
 from __future__ import annotations
