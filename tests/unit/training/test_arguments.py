@@ -14,8 +14,9 @@ from helpers.small_models import (
 )
 from helpers.training_helpers import crossentropy, fit_regression, regression_data
 
+from companion._checks import check_clip_norm
 from companion.data import make_shapes
-from companion.training import fit, make_train_step
+from companion.training import _arguments, fit, make_eval_step, make_train_step
 
 PAIRS = r"^{}: expected a tf.data.Dataset of \(inputs, targets\) pairs"
 
@@ -139,3 +140,79 @@ def test_a_fully_frozen_model_is_refused_before_training(how):
         )
     with pytest.raises(ValueError, match=frozen):
         make_train_step(model, optimizer=keras.optimizers.SGD(0.1), loss=crossentropy())
+
+
+def counted_checks(monkeypatch):
+    """Every check of ``_arguments`` made to record ``(check, argument it names)`` when called."""
+    calls = []
+
+    def counted(name, check):
+        def call(*args, **kwargs):
+            named = next((a for a in args if isinstance(a, str)), None)
+            calls.append((name, named))
+            return check(*args, **kwargs)
+
+        return call
+
+    for name, check in list(vars(_arguments).items()):
+        if name.startswith("_check") or name == "metric_entries":
+            monkeypatch.setattr(_arguments, name, counted(name, check))
+    monkeypatch.setattr(_arguments, "check_clip_norm", counted("check_clip_norm", check_clip_norm))
+    return calls
+
+
+def test_each_check_runs_once_per_fit_in_the_order_of_precedence(monkeypatch, tmp_path):
+    calls = counted_checks(monkeypatch)
+    fit_regression(
+        dense(2, seed=0),
+        regression_data(),
+        validation_data=regression_data(),
+        log_dir=tmp_path / "logs",
+        checkpoint_dir=tmp_path / "checkpoints",
+        on_epoch_end=lambda epoch, logs: None,
+        metrics=[keras.metrics.MeanAbsoluteError()],
+        epochs=2,
+    )
+    assert calls == [
+        ("_check_optimizer", None),
+        ("_check_signature", "loss"),
+        ("_check_fit", None),
+        ("_check_pairs", "dataset"),
+        ("_check_pairs", "validation_data"),
+        ("check_clip_norm", None),
+        ("_check_records", None),
+        ("_check_folder", "log_dir"),
+        ("_check_folder", "checkpoint_dir"),
+        ("_check_signature", "on_epoch_end"),
+        ("metric_entries", None),
+        ("_check_strategy", None),
+        ("_check_element_spec", None),
+        ("_check_inputs", "dataset"),
+        ("_check_inputs", "validation_data"),
+        ("_check_trainable", None),
+        ("_check_built", None),
+        ("_check_output_keys", None),
+    ]
+
+
+@pytest.mark.parametrize("make", ["make_train_step", "make_eval_step"])
+def test_each_check_runs_once_per_step_built(monkeypatch, make):
+    calls = counted_checks(monkeypatch)
+    loss = keras.losses.MeanSquaredError()
+    if make == "make_train_step":
+        make_train_step(dense(2, seed=0), optimizer=keras.optimizers.SGD(0.1), loss=loss)
+        first, model = [("_check_optimizer", None)], [("_check_trainable", None)]
+    else:
+        make_eval_step(dense(2, seed=0), loss=loss)
+        first, model = [], []  # no optimizer; a frozen model is fine
+    assert calls == [
+        *first,
+        ("_check_signature", "loss"),
+        ("metric_entries", None),
+        ("check_clip_norm", None),  # None for make_eval_step
+        ("_check_strategy", None),
+        ("_check_element_spec", None),
+        *model,
+        ("_check_built", None),
+        ("_check_output_keys", None),
+    ]

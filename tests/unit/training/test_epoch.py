@@ -5,11 +5,12 @@ import math
 
 import keras
 import pytest
+import tensorflow as tf
 from helpers.small_models import dense, max_difference, shapes_dataset, two_input_classifier
 from helpers.training_helpers import crossentropy, fit_regression, regression_data
 
 from companion.training import _epoch, _loop, fit
-from companion.training._epoch import EpochFunction
+from companion.training._epoch import EpochFunction, epoch_function
 
 
 def test_an_epoch_of_known_length_reads_the_device_once_at_its_end_not_per_step(monkeypatch):
@@ -82,3 +83,14 @@ def test_an_empty_dataset_is_refused_not_reported_as_loss_zero(argument, length)
         ValueError, match=rf"^{argument}: expected at least one (batch|example per epoch), got "
     ):
         fit_regression(dense(2, seed=0), data["dataset"], validation_data=data["validation_data"])
+
+
+def test_the_epoch_function_unpacks_as_run_next_and_totals():
+    function = epoch_function(lambda batch: {"loss": tf.constant(2.0), "examples": 3})
+    run_next, totals = function
+    assert run_next is function.run_next and totals is function.totals
+    assert sorted(totals) == ["bad_step", "examples", "last_loss", "loss", "steps"]
+    iterator = iter(tf.data.Dataset.range(2))
+    assert [bool(run_next(iterator)) for _ in range(3)] == [True, True, False]
+    assert [int(totals[k]) for k in ("steps", "examples", "bad_step")] == [2, 6, 0]
+    assert float(totals["loss"]) == 12.0

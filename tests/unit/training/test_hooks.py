@@ -11,6 +11,7 @@ from helpers.small_models import shapes_dataset, two_input_classifier
 from helpers.training_helpers import crossentropy
 
 from companion.training import _epoch, fit
+from companion.training._hooks import PassBar, SaveWithin
 
 
 def read_scalars(log_dir):
@@ -87,3 +88,58 @@ def test_a_live_bar_in_a_terminal_reads_the_running_loss(capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert printed.startswith("Epoch 1/1\n") and ("\r" in printed or "\x1b" in printed)
     assert "2/2" in printed and f"loss: {history['loss'][0]:.4f}" in printed
+
+
+class ReadCounted(dict):
+    """A pass's totals that count how often they are read (a read of the device)."""
+
+    reads = 0
+
+    def __getitem__(self, key):
+        self.reads += 1
+        return super().__getitem__(key)
+
+
+def totals(loss, examples):
+    return ReadCounted(
+        loss=tf.Variable(loss, dtype=tf.float64), examples=tf.Variable(examples, dtype=tf.int64)
+    )
+
+
+def test_a_silent_pass_bar_prints_and_reads_nothing(capsys):
+    bar, running = PassBar(4, ["loss"], shown=False), totals(2.0, 4)
+    bar.update(1, running)
+    bar.finish(4, {"loss": 0.5})
+    assert (bar.progbar, bar.live, running.reads, capsys.readouterr().out) == (None, False, 0, "")
+
+
+def test_a_pass_bar_off_a_terminal_reads_nothing_and_prints_one_finished_line(capsys):
+    bar, running = PassBar(None, ["loss", "mae"]), totals(2.0, 4)  # unknown length
+    assert not bar.live and bar.progbar.verbose == 2
+    bar.update(1, running)
+    assert running.reads == 0 and capsys.readouterr().out == ""
+    bar.finish(3, {"loss": 0.5, "mae": 0.25})
+    printed = capsys.readouterr().out
+    assert bar.progbar.target == 3 and printed.count("\n") == 1 and "\r" not in printed
+    assert "loss: 0.5000" in printed and "mae: 0.2500" in printed
+
+
+def test_a_live_pass_bar_shows_the_running_loss_unless_not_refreshed(capsys, monkeypatch):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    bar, running = PassBar(4, ["loss"]), totals(6.0, 4)  # the sum of loss x examples
+    assert bar.live
+    bar.update(2, running)
+    assert running.reads == 2 and "loss: 1.5000" in capsys.readouterr().out
+    quiet, running = PassBar(4, ["val_loss"], refreshed=False), totals(6.0, 4)
+    quiet.update(2, running)
+    assert not quiet.live and running.reads == 0 and capsys.readouterr().out == ""
+    quiet.finish(4, {"val_loss": 1.5})
+    assert "val_loss: 1.5000" in capsys.readouterr().out
+
+
+def test_a_save_within_an_epoch_unpacks_and_is_due_every_so_many_steps_but_not_the_last():
+    saved = []
+    every, save = within = SaveWithin(2, saved.append)
+    assert every == 2 and save == saved.append
+    assert [step for step in range(1, 7) if within.due(step, steps=6)] == [2, 4]
+    assert [step for step in range(1, 7) if within.due(step, steps=None)] == [2, 4, 6]
