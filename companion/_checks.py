@@ -140,10 +140,7 @@ def check_real(
         ValueError: If it is NaN, infinite (when ``finite``) or outside the range.
     """
     if dtype is not None:
-        largest = dtype_max(dtype)
-        maximum = largest if maximum is None else min(maximum, largest)
-        if above is None:
-            minimum = -largest if minimum is None else max(minimum, -largest)
+        minimum, maximum = _capped_by_dtype(dtype, minimum, maximum, above)
     what = " ".join(
         filter(
             None,
@@ -153,16 +150,38 @@ def check_real(
     if not is_real(value):
         raise TypeError(f"{name}: expected {what}, got {describe(value)}")
     number = float(value)
-    out_of_range = (
-        math.isnan(number)
-        or (finite and math.isinf(number))
-        or (minimum is not None and number < minimum)
-        or (maximum is not None and number > maximum)
-        or (above is not None and number <= above)
-    )
-    if out_of_range:
+    if not _is_in_range(number, minimum, maximum, above, finite=finite):
         raise ValueError(f"{name}: expected {what}, got {describe(value)}")
     return number
+
+
+def _capped_by_dtype(
+    dtype: Any, minimum: float | None, maximum: float | None, above: float | None
+) -> tuple[float | None, float]:
+    """``(minimum, maximum)`` narrowed to what ``dtype`` holds (the lower bound only when
+    ``above`` does not set one)."""
+    largest = dtype_max(dtype)
+    maximum = largest if maximum is None else min(maximum, largest)
+    if above is None:
+        minimum = -largest if minimum is None else max(minimum, -largest)
+    return minimum, maximum
+
+
+def _is_in_range(
+    number: float,
+    minimum: float | None,
+    maximum: float | None,
+    above: float | None,
+    *,
+    finite: bool,
+) -> bool:
+    """False for NaN, for an infinity when ``finite``, and for a number outside the bounds."""
+    if math.isnan(number) or (finite and math.isinf(number)):
+        return False
+    too_small = (minimum is not None and number < minimum) or (
+        above is not None and number <= above
+    )
+    return not too_small and (maximum is None or number <= maximum)
 
 
 def check_clip_norm(clip_norm: Any) -> float | None:
@@ -204,6 +223,17 @@ def check_seed(value: Any, name: str = "seed", *, allow_none: bool = False) -> i
     return check_int(value, name, minimum=0, maximum=MAX_SEED, allow_none=allow_none)
 
 
+def check_odd_int(value: Any, name: str, *, maximum: int) -> int:
+    """Return ``value`` as a Python int if it is an odd int from 1 to ``maximum`` (a kernel's
+    length); every bad value gets the same message, which states the whole rule."""
+    what = f"an odd int >= 1 and <= {maximum}"
+    if not is_int(value):
+        raise TypeError(f"{name}: expected {what}, got {describe(value)}")
+    if not (1 <= value <= maximum and value % 2 == 1):
+        raise ValueError(f"{name}: expected {what}, got {describe(value)}")
+    return int(value)
+
+
 def check_instance(value: Any, name: str, types: type | tuple[type, ...], what: str) -> Any:
     """Return ``value`` if it is an instance of ``types``.
 
@@ -221,12 +251,59 @@ def check_callable(value: Any, name: str, what: str = "a callable") -> Any:
     return value
 
 
+def check_calls(value: Any, name: str) -> dict[str, Callable[..., Any]]:
+    """Return ``value`` as a dict if it is a non-empty mapping of str names to callables.
+
+    Raises:
+        TypeError: If it is not a mapping, a key is not a str or a value not callable.
+        ValueError: If it is empty.
+    """
+    what = "a non-empty mapping of names to callables"
+    check_instance(value, name, Mapping, what)
+    if not value:
+        raise ValueError(f"{name}: expected {what}, got {describe(value)}")
+    for key, call in value.items():
+        check_instance(key, f"{name}[{key!r}]", str, "a str name")
+        check_callable(call, f"{name}[{key!r}]")
+    return dict(value)
+
+
 def check_str(value: Any, name: str, what: str = "a non-empty str") -> str:
     """Return ``value`` if it is a non-empty ``str`` (an empty name or path is a slip)."""
     if not isinstance(value, str):
         raise TypeError(f"{name}: expected {what}, got {describe(value)}")
     if not value:
         raise ValueError(f"{name}: expected {what}, got an empty str")
+    return value
+
+
+def check_device(value: Any, name: str = "device") -> str:
+    """Return ``value`` if it is a device string naming a device TensorFlow has (``"/CPU:0"``,
+    ``"cpu:0"``, ``"/GPU"``: any index).
+
+    Raises:
+        TypeError: If ``value`` is not a str.
+        ValueError: If it is not a device string, or names a device TensorFlow does not have.
+    """
+    import tensorflow as tf
+
+    check_str(value, name, "a device string such as '/CPU:0'")
+    known = [tf.DeviceSpec.from_string(d.name) for d in tf.config.list_logical_devices()]
+    try:
+        wanted = tf.DeviceSpec.from_string(value if value.startswith("/") else "/" + value)
+    except ValueError as error:
+        raise ValueError(
+            f"{name}: expected a device string such as '/GPU:0', got {describe(value)}"
+        ) from error
+    if not any(
+        (k.device_type or "").upper() == (wanted.device_type or "").upper()
+        and wanted.device_index in (None, k.device_index)
+        for k in known
+    ):
+        names = [k.to_string() for k in known]
+        raise ValueError(
+            f"{name}: expected one of the devices TensorFlow has, {names}, got {describe(value)}"
+        )
     return value
 
 

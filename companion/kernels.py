@@ -20,7 +20,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from companion._checks import float_tensor
+from companion._checks import check_odd_int, check_real, float_tensor
 from companion._kernels import (
     BUILD_FLAGS,
     LIBRARY,
@@ -36,26 +36,28 @@ from companion._kernels import (
     source_section,
     tensorflow_flags,
 )
-from companion.pyfunc import GaussianBlur, _check_ksize, _check_sigma, gaussian_kernel
+from companion.pyfunc import MAX_KSIZE, GaussianBlur, gaussian_kernel
 
 __all__ = [
+    # the build system, defined in the private companion._kernels
     "BUILD_FLAGS",
     "LIBRARY",
     "MANIFEST",
-    "OP_NAMES",
     "SOURCE",
     "BuildError",
-    "CppGaussianBlur",
     "build_blur_op",
     "build_command",
     "build_key",
     "cache_root",
     "compiler",
-    "cpp_blur",
-    "load_blur_op",
     "main",
     "source_section",
     "tensorflow_flags",
+    # the op, its gradient and its layer, defined here
+    "OP_NAMES",
+    "CppGaussianBlur",
+    "cpp_blur",
+    "load_blur_op",
 ]
 
 #: Op names registered by the library (and the gradient registered for each).
@@ -217,7 +219,8 @@ def cpp_blur(images: Any, ksize: int = 5, sigma: float = 0.0) -> tf.Tensor:
 
     Taught in chapter 13, "load_blur_op and cpp_blur: the tested version".
     """
-    ksize, sigma = _check_ksize(ksize), _check_sigma(sigma)
+    ksize = check_odd_int(ksize, "ksize", maximum=MAX_KSIZE)
+    sigma = check_real(sigma, "sigma", minimum=0)  # 0 selects OpenCV's rule
     images = _images_tensor(images, "images", ksize)
     dtype, rank = images.dtype, images.shape.rank
     compute_dtype = _COMPUTE_DTYPES[dtype]

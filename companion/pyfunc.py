@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from companion._checks import check_real, describe, float_tensor, is_int
+from companion._checks import check_odd_int, check_real, describe, float_tensor
 
 #: OpenCV's fixed kernels for ``sigma <= 0`` and small odd sizes (numerators; divide by sum).
 #: Sizes 3, 5 and 7 are binomial-like, 9 a rounded Gaussian (OpenCV 4.12 and 5.0 both have it).
@@ -38,16 +38,8 @@ MAX_KSIZE = 2**15 - 1
 
 
 def _check_ksize(ksize: object) -> int:
-    """Return ``ksize`` as an int if it is an odd int in ``[1, MAX_KSIZE]`` (a kernel's length).
-
-    Every bad value gets the same message, which states the whole rule.
-    """
-    what = f"an odd int >= 1 and <= {MAX_KSIZE}"
-    if not is_int(ksize):
-        raise TypeError(f"ksize: expected {what}, got {describe(ksize)}")
-    if not (1 <= ksize <= MAX_KSIZE and ksize % 2 == 1):
-        raise ValueError(f"ksize: expected {what}, got {describe(ksize)}")
-    return int(ksize)
+    """Return ``ksize`` as an int if it is an odd int in ``[1, MAX_KSIZE]`` (a kernel's length)."""
+    return check_odd_int(ksize, "ksize", maximum=MAX_KSIZE)
 
 
 def _check_sigma(sigma: object) -> float:

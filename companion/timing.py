@@ -16,14 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from companion._checks import (
-    check_callable,
-    check_instance,
-    check_int,
-    check_real,
-    check_str,
-    describe,
-)
+from companion._checks import check_callable, check_calls, check_device, check_int, check_real
 
 # TensorFlow is imported in the two functions that use it: importing the harness stays cheap
 # (``python -m companion.bench --help`` answers without TensorFlow).
@@ -119,7 +112,7 @@ def time_call(
     Taught in chapter 3, "Speed".
     """
     check_callable(fn, "fn")
-    repeats = _check_repeats(repeats)
+    repeats = check_int(repeats, "repeats", minimum=1, maximum=MAX_REPEATS)
     number = check_int(number, "number", minimum=1, maximum=MAX_CALLS)
     warmup = check_int(warmup, "warmup", minimum=0, maximum=MAX_REPEATS)
     with _device_scope(device):
@@ -170,8 +163,8 @@ def compare(
 
     Taught in chapter 1, "Going deeper: why the graph is faster".
     """
-    calls = _check_calls(calls, "calls")
-    repeats = _check_repeats(repeats)
+    calls = check_calls(calls, "calls")
+    repeats = check_int(repeats, "repeats", minimum=1, maximum=MAX_REPEATS)
     target = check_real(target, "target", above=0, maximum=MAX_TARGET)
     with _device_scope(device):
         for call in calls.values():
@@ -200,44 +193,6 @@ def default_device() -> str:
     return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
 
 
-def _resolve_device(device: str | None) -> str:
-    """``device`` checked against the devices TensorFlow has; ``None``: ``default_device()``.
-
-    Raises:
-        TypeError: If ``device`` is neither None nor a str.
-        ValueError: If it is not a device string, or names a device TensorFlow does not have.
-
-    Example:
-        >>> _resolve_device("cpu:0")
-        'cpu:0'
-    """
-    device = default_device() if device is None else device
-    _device_scope(device)
-    return device
-
-
-def _check_calls(calls: Any, name: str) -> dict[str, Callable[..., Any]]:
-    """``calls`` as a dict, if it is a non-empty mapping of str names to callables.
-
-    Raises:
-        TypeError: If it is not a mapping, a key is not a str or a value not callable.
-        ValueError: If it is empty.
-    """
-    what = "a non-empty mapping of names to callables"
-    check_instance(calls, name, Mapping, what)
-    if not calls:
-        raise ValueError(f"{name}: expected {what}, got {describe(calls)}")
-    for key, call in calls.items():
-        check_instance(key, f"{name}[{key!r}]", str, "a str name")
-        check_callable(call, f"{name}[{key!r}]")
-    return dict(calls)
-
-
-def _check_repeats(repeats: Any) -> int:
-    """``repeats`` if it is an int from 1 to ``MAX_REPEATS`` (TypeError, ValueError otherwise)."""
-    return check_int(repeats, "repeats", minimum=1, maximum=MAX_REPEATS)
-
-
 def _timing(times: list[float], number: int, device: str | None) -> Timing:
     """The ``Timing`` of repeats that took ``times`` seconds per call each."""
     median = statistics.median(times)
@@ -260,23 +215,4 @@ def _device_scope(device: str | None) -> Any:
     """``tf.device(device)`` after checking that TensorFlow has that device; a no-op for None."""
     import tensorflow as tf
 
-    if device is None:
-        return contextlib.nullcontext()
-    check_str(device, "device", "a device string such as '/CPU:0'")
-    known = [tf.DeviceSpec.from_string(d.name) for d in tf.config.list_logical_devices()]
-    try:
-        wanted = tf.DeviceSpec.from_string(device if device.startswith("/") else "/" + device)
-    except ValueError as error:
-        raise ValueError(
-            f"device: expected a device string such as '/GPU:0', got {describe(device)}"
-        ) from error
-    if not any(
-        (k.device_type or "").upper() == (wanted.device_type or "").upper()
-        and wanted.device_index in (None, k.device_index)
-        for k in known
-    ):
-        names = [k.to_string() for k in known]
-        raise ValueError(
-            f"device: expected one of the devices TensorFlow has, {names}, got {describe(device)}"
-        )
-    return tf.device(device)
+    return contextlib.nullcontext() if device is None else tf.device(check_device(device))

@@ -9,7 +9,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from companion._checks import check_instance, check_int, check_path, check_sequence, describe
+from companion._checks import (
+    check_calls,
+    check_instance,
+    check_int,
+    check_path,
+    check_sequence,
+    describe,
+)
 from companion.bench._experiments import (
     blur_in_model,
     blur_op,
@@ -18,7 +25,7 @@ from companion.bench._experiments import (
     per_example_vs_batched,
     training_step_modes,
 )
-from companion.bench._harness import default_sizes
+from companion.bench._harness import default_sizes, resolve_device
 from companion.bench._headline import (
     LOOP_MODELS,
     MAX_EPOCHS,
@@ -26,9 +33,9 @@ from companion.bench._headline import (
     adamw_step_time,
     training_loop_vs_fit,
 )
-from companion.bench._records import Entry, rows_to_entries
+from companion.bench._records import Entry, Row, rows_to_entries
 from companion.notebook import format_table
-from companion.timing import MAX_REPEATS, _check_calls, _resolve_device
+from companion.timing import MAX_REPEATS
 
 #: ``python -m companion.bench --quick``: tiny sizes that check the whole run in seconds.
 QUICK_SIZES = {
@@ -71,7 +78,7 @@ def main(
     """
     argv, blur_methods = _check_main_arguments(argv, blur_methods)
     args = _parser().parse_args(argv)
-    device = _resolve_device(args.device)
+    device = resolve_device(args.device)
     print(f"device: {device}", flush=True)
     entries = []
     measures = _measures(args, device, blur_methods)
@@ -98,7 +105,7 @@ def _check_main_arguments(
             )
         )
     if blur_methods is not None:
-        blur_methods = _check_calls(blur_methods, "blur_methods")
+        blur_methods = check_calls(blur_methods, "blur_methods")
         if "native" not in blur_methods:
             raise ValueError(
                 f"blur_methods: expected a mapping of names to blurs that includes 'native' (the "
@@ -139,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--device",
-        type=_flag(_resolve_device),
+        type=_flag(resolve_device),
         default=None,
         help="device string, e.g. /CPU:0 (default: GPU if any, else CPU)",
     )
@@ -155,12 +162,25 @@ def _measures(
     blur_methods: Mapping[str, Callable[..., Any]] | None,
 ) -> list[tuple[str, Callable[[], list[Entry]]]]:
     """``(title, run)`` of every measure ``main`` runs, in order; ``run()`` returns its entries."""
+    experiments = _experiments(args, device, blur_methods)
+    return [
+        *((title, lambda run=run: rows_to_entries(run())) for title, run in experiments),
+        *_headline_measures(args),
+    ]
+
+
+def _experiments(
+    args: argparse.Namespace,
+    device: str,
+    blur_methods: Mapping[str, Callable[..., Any]] | None,
+) -> list[tuple[str, Callable[[], list[Row]]]]:
+    """``(title, run)`` of chapters 12 and 13's experiments; ``run()`` returns their rows."""
     sizes = dict(QUICK_SIZES) if args.quick else default_sizes(device)
     common = {"device": device, "repeats": args.repeats, "progress": True}
     blurs = {"methods": blur_methods, "batch_size": sizes["batch_size"], **common}
     headline_sizes = list(dict.fromkeys([sizes["image_sizes"][1], sizes["image_sizes"][-1]]))
     one_size = {"image_size": sizes["image_size"], "batch_size": sizes["batch_size"]}
-    experiments = [
+    return [
         (
             "blur as an op (py_function vs native)",
             lambda: blur_op(image_sizes=headline_sizes, **blurs),
@@ -195,8 +215,11 @@ def _measures(
             ),
         ),
     ]
+
+
+def _headline_measures(args: argparse.Namespace) -> list[tuple[str, Callable[[], list[Entry]]]]:
+    """``(title, run)`` of chapters 7 and 9's headline measures; ``run()`` returns entries."""
     return [
-        *((title, lambda run=run: rows_to_entries(run())) for title, run in experiments),
         (
             "custom training loop vs model.fit (chapter 7's model, a small MLP)",
             lambda: [

@@ -15,19 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from companion._checks import check_choice, check_sequence
+from companion._checks import check_calls, check_choice, check_sequence
 from companion.bench._harness import (
     RUN_ARGS,
-    _check_run,
-    _measure,
-    _on,
-    _random_images,
-    _resolve_sizes,
-    _shared_args,
+    check_run,
     default_sizes,
+    measure,
+    on_device,
+    random_images,
+    resolve_sizes,
+    shared_args,
 )
 from companion.bench._records import Row
-from companion.timing import _check_calls
 
 
 def default_blur_methods() -> dict[str, Callable[..., Any]]:
@@ -46,12 +45,12 @@ def default_blur_methods() -> dict[str, Callable[..., Any]]:
 def _check_methods(
     methods: Mapping[str, Callable[..., Any]] | None, reference: str
 ) -> dict[str, Callable[..., Any]]:
-    methods = default_blur_methods() if methods is None else _check_calls(methods, "methods")
+    methods = default_blur_methods() if methods is None else check_calls(methods, "methods")
     check_choice(reference, "reference", tuple(methods))
     return methods
 
 
-@_shared_args("methods", "image_sizes", "batch_size", "reference", *RUN_ARGS)
+@shared_args("methods", "image_sizes", "batch_size", "reference", *RUN_ARGS)
 def blur_op(
     methods: Mapping[str, Callable[..., Any]] | None = None,
     *,
@@ -89,16 +88,16 @@ def blur_op(
     """
     import tensorflow as tf
 
-    device = _check_run(device, repeats, seed, progress)
+    device = check_run(device, repeats, seed, progress)
     methods = _check_methods(methods, reference)
-    sizes = _resolve_sizes(default_sizes(device), image_sizes=image_sizes, batch_size=batch_size)
+    sizes = resolve_sizes(default_sizes(device), image_sizes=image_sizes, batch_size=batch_size)
     graphs = {name: tf.function(method) for name, method in methods.items()}
     rows = []
     for size in sizes["image_sizes"]:
-        images = _on(device, _random_images(sizes["batch_size"], size, seed))
+        images = on_device(device, random_images(sizes["batch_size"], size, seed))
         calls = {name: functools.partial(graph, images) for name, graph in graphs.items()}
         rows.append(
-            _measure(
+            measure(
                 "blur op",
                 device,
                 {"batch_size": sizes["batch_size"], "image_size": size},
@@ -135,7 +134,7 @@ def _small_model(kind: str, image_size: int, seed: int) -> Any:
     return keras.Sequential([keras.Input((image_size, image_size, 3)), *body, layers.Dense(10)])
 
 
-@_shared_args("methods", "image_sizes", "batch_size", "reference", *RUN_ARGS)
+@shared_args("methods", "image_sizes", "batch_size", "reference", *RUN_ARGS)
 def blur_in_model(
     methods: Mapping[str, Callable[..., Any]] | None = None,
     *,
@@ -174,14 +173,14 @@ def blur_in_model(
     """
     import tensorflow as tf
 
-    device = _check_run(device, repeats, seed, progress)
+    device = check_run(device, repeats, seed, progress)
     methods = _check_methods(methods, reference)
-    sizes = _resolve_sizes(default_sizes(device), image_sizes=image_sizes, batch_size=batch_size)
+    sizes = resolve_sizes(default_sizes(device), image_sizes=image_sizes, batch_size=batch_size)
     rows = []
     for size in sizes["image_sizes"]:
         with tf.device(device):
             head = _small_model("cnn", size, seed)
-        images = _on(device, _random_images(sizes["batch_size"], size, seed))
+        images = on_device(device, random_images(sizes["batch_size"], size, seed))
         calls = {
             name: functools.partial(
                 tf.function(lambda x, blur=blur: head(blur(x), training=False)), images
@@ -189,7 +188,7 @@ def blur_in_model(
             for name, blur in methods.items()
         }
         rows.append(
-            _measure(
+            measure(
                 "blur in model",
                 device,
                 {"batch_size": sizes["batch_size"], "image_size": size},
@@ -223,7 +222,7 @@ def _train_step_in_mode(model: Any, mode: str) -> Callable[[Any, Any], Any]:
     return step if mode == "eager" else tf.function(step, jit_compile=mode == "XLA")
 
 
-@_shared_args("methods", "reference", *RUN_ARGS)
+@shared_args("methods", "reference", *RUN_ARGS)
 def blur_pipeline(
     methods: Mapping[str, Callable[..., Any]] | None = None,
     *,
@@ -268,13 +267,13 @@ def blur_pipeline(
     """
     import tensorflow as tf
 
-    device = _check_run(device, repeats, seed, progress)
+    device = check_run(device, repeats, seed, progress)
     methods = _check_methods(methods, reference)
-    settings = _resolve_sizes(
+    settings = resolve_sizes(
         default_sizes(device), batch_size=batch_size, image_size=image_size, examples=examples
     )
     batch_size, image_size, examples = settings.values()
-    images = _random_images(examples, image_size, seed)
+    images = random_images(examples, image_size, seed)
     labels = np.random.default_rng(seed).integers(0, 10, examples)
     with tf.device(device):
         step = _train_step_in_mode(_small_model("cnn", image_size, seed), "tf.function")
@@ -296,7 +295,7 @@ def blur_pipeline(
 
     pipelines = {name: pipeline(blur) for name, blur in methods.items()}
     return [
-        _measure(
+        measure(
             name,
             device,
             settings,
@@ -314,7 +313,7 @@ def blur_pipeline(
 STEP_MODES = ("eager", "tf.function", "XLA")
 
 
-@_shared_args(*RUN_ARGS)
+@shared_args(*RUN_ARGS)
 def training_step_modes(
     *,
     models: Sequence[str] = ("mlp", "cnn"),
@@ -355,17 +354,17 @@ def training_step_modes(
     """
     import tensorflow as tf
 
-    device = _check_run(device, repeats, seed, progress)
+    device = check_run(device, repeats, seed, progress)
     models = check_sequence(
         models,
         "models",
         "a non-empty list or tuple of 'mlp' and 'cnn'",
         item=lambda kind, name: check_choice(kind, name, ("mlp", "cnn")),
     )
-    sizes = _resolve_sizes(default_sizes(device), batch_size=batch_size, image_size=image_size)
+    sizes = resolve_sizes(default_sizes(device), batch_size=batch_size, image_size=image_size)
     batch_size, image_size = sizes.values()
-    x = _on(device, _random_images(batch_size, image_size, seed))
-    y = _on(device, np.random.default_rng(seed).integers(0, 10, batch_size))
+    x = on_device(device, random_images(batch_size, image_size, seed))
+    y = on_device(device, np.random.default_rng(seed).integers(0, 10, batch_size))
     rows = []
     for kind in models:
         with tf.device(device):
@@ -375,7 +374,7 @@ def training_step_modes(
             }
         calls = {mode: functools.partial(step, x, y) for mode, step in steps.items()}
         rows.append(
-            _measure(
+            measure(
                 f"{kind} training step",
                 device,
                 sizes,
@@ -426,7 +425,7 @@ PER_EXAMPLE_METHODS = {
 }
 
 
-@_shared_args(*RUN_ARGS)
+@shared_args(*RUN_ARGS)
 def per_example_vs_batched(
     *,
     batch_sizes: Sequence[int] | None = None,
@@ -467,9 +466,9 @@ def per_example_vs_batched(
     """
     import tensorflow as tf
 
-    device = _check_run(device, repeats, seed, progress)
+    device = check_run(device, repeats, seed, progress)
     defaults = default_sizes(device)
-    image_size, batch_sizes = _resolve_sizes(
+    image_size, batch_sizes = resolve_sizes(
         {**defaults, "image_size": defaults["per_image_size"]},
         image_size=image_size,
         batch_sizes=batch_sizes,
@@ -477,10 +476,10 @@ def per_example_vs_batched(
     graphs = {name: tf.function(method) for name, method in PER_EXAMPLE_METHODS.items()}
     rows = []
     for batch_size in batch_sizes:
-        images = _on(device, _random_images(batch_size, image_size, seed))
+        images = on_device(device, random_images(batch_size, image_size, seed))
         calls = {name: functools.partial(graph, images) for name, graph in graphs.items()}
         rows.append(
-            _measure(
+            measure(
                 "standardize per image",
                 device,
                 {"batch_size": batch_size, "image_size": image_size},
@@ -493,7 +492,7 @@ def per_example_vs_batched(
     return rows
 
 
-@_shared_args("repeats", "seed", "progress")
+@shared_args("repeats", "seed", "progress")
 def compiled_blur_vs_opencv(
     *,
     image_sizes: Sequence[int] | None = None,
@@ -529,21 +528,21 @@ def compiled_blur_vs_opencv(
     from companion.kernels import cpp_blur
     from companion.pyfunc import cv2_blur
 
-    image_sizes, batch_size = _resolve_sizes(
-        default_sizes(_check_run("/CPU:0", repeats, seed, progress)),
+    image_sizes, batch_size = resolve_sizes(
+        default_sizes(check_run("/CPU:0", repeats, seed, progress)),
         image_sizes=image_sizes,
         batch_size=batch_size,
     ).values()
     rows = []
     for size in image_sizes:
-        images = _random_images(batch_size, size, seed)
-        tensor = _on("/CPU:0", images)
+        images = random_images(batch_size, size, seed)
+        tensor = on_device("/CPU:0", images)
         calls = {
             "C++ op": functools.partial(cpp_blur, tensor),
             "OpenCV": functools.partial(cv2_blur, images),
         }
         rows.append(
-            _measure(
+            measure(
                 "compiled blur",
                 "/CPU:0",
                 {"batch_size": batch_size, "image_size": size},

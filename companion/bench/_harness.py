@@ -2,7 +2,7 @@
 
 Default sizes per device (``default_sizes``), the checks every experiment shares (sizes, counts,
 device, seed), random images placed on a device, the shared ``Args`` lines of their docstrings
-(``_shared_args``), and ``_measure``, which times calls side by side (``companion.timing.compare``)
+(``shared_args``), and ``measure``, which times calls side by side (``companion.timing.compare``)
 into a ``Row``.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from companion._checks import check_bool, check_int, check_seed, check_sequence
-from companion.bench._records import Row, _describe_sizes
-from companion.timing import _check_repeats, _resolve_device, compare
+from companion._checks import check_bool, check_device, check_int, check_seed, check_sequence
+from companion.bench._records import Row, describe_sizes
+from companion.timing import MAX_REPEATS, compare, default_device
 
 # TensorFlow is imported inside the functions that use it: ``python -m companion.bench --help``
 # (or a bad flag) answers without loading it.
@@ -72,11 +72,11 @@ def default_sizes(device: str | None = None) -> dict[str, Any]:
     """
     import tensorflow as tf
 
-    kind = (tf.DeviceSpec.from_string(_resolve_device(device)).device_type or "CPU").upper()
+    kind = (tf.DeviceSpec.from_string(resolve_device(device)).device_type or "CPU").upper()
     return dict(SIZES["GPU" if kind == "GPU" else "CPU"])
 
 
-def _measure(
+def measure(
     name: str,
     device: str,
     sizes: dict[str, Any],
@@ -96,26 +96,45 @@ def _measure(
         times = ", ".join(
             f"{method} {median * 1e3:.3g} ms" for method, median in row["medians"].items()
         )
-        print(f"  {name}, {_describe_sizes(sizes)}: {times}", flush=True)
+        print(f"  {name}, {describe_sizes(sizes)}: {times}", flush=True)
     return row
 
 
-def _check_run(device: str | None, repeats: int, seed: int, progress: bool) -> str:
+def resolve_device(device: str | None) -> str:
+    """``device`` checked against the devices TensorFlow has; ``None``: ``default_device()``.
+
+    Raises:
+        TypeError: If ``device`` is neither None nor a str.
+        ValueError: If it is not a device string, or names a device TensorFlow does not have.
+
+    Example:
+        >>> resolve_device("cpu:0")
+        'cpu:0'
+    """
+    return default_device() if device is None else check_device(device)
+
+
+def check_repeats(repeats: Any) -> int:
+    """``repeats`` if it is an int from 1 to ``MAX_REPEATS`` (TypeError, ValueError otherwise)."""
+    return check_int(repeats, "repeats", minimum=1, maximum=MAX_REPEATS)
+
+
+def check_run(device: str | None, repeats: int, seed: int, progress: bool) -> str:
     """Check the arguments every experiment shares; return the device (``None``:
     ``default_device()``)."""
-    _check_repeats(repeats)
+    check_repeats(repeats)
     check_seed(seed)
     check_bool(progress, "progress")
-    return _resolve_device(device)
+    return resolve_device(device)
 
 
-def _resolve_sizes(defaults: Mapping[str, Any], **given: Any) -> dict[str, Any]:
+def resolve_sizes(defaults: Mapping[str, Any], **given: Any) -> dict[str, Any]:
     """The size arguments ``given`` checked by ``_SIZE_CHECKS``, ``defaults[name]`` for ``None``;
     in the order given (the order of a row's ``sizes``)."""
     resolved: dict[str, Any] = {}
     for name, check in _SIZE_CHECKS.items():
         if name in given:
-            resolved[name] = check(_setting(given[name], defaults[name]), resolved)
+            resolved[name] = check(setting(given[name], defaults[name]), resolved)
     return {name: resolved[name] for name in given}
 
 
@@ -133,7 +152,7 @@ def _check_sizes(sizes: Any, name: str) -> tuple[int, ...]:
     return check_sequence(sizes, name, what, item=_check_image_size)
 
 
-def _check_image_count(count: Any, name: str, image_size: int, minimum: int = 1) -> int:
+def check_image_count(count: Any, name: str, image_size: int, minimum: int = 1) -> int:
     """``count`` images of ``image_size`` (float32 RGB): at least ``minimum``, at most
     ``MAX_BATCH_BYTES``."""
     return check_int(
@@ -141,35 +160,36 @@ def _check_image_count(count: Any, name: str, image_size: int, minimum: int = 1)
     )
 
 
-def _setting(value: Any, default: Any) -> Any:
+def setting(value: Any, default: Any) -> Any:
+    """``value``, or ``default`` when it is None (a size left to its default)."""
     return default if value is None else value
 
 
-#: How ``_resolve_sizes`` checks each size argument, given the sizes checked before it (in this
+#: How ``resolve_sizes`` checks each size argument, given the sizes checked before it (in this
 #: order: a batch's limit depends on the image size).
 _SIZE_CHECKS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "image_sizes": lambda value, got: _check_sizes(value, "image_sizes"),
     "image_size": lambda value, got: _check_image_size(value, "image_size"),
-    "batch_size": lambda value, got: _check_image_count(value, "batch_size", _largest(got)),
-    "examples": lambda value, got: _check_image_count(
+    "batch_size": lambda value, got: check_image_count(value, "batch_size", _largest(got)),
+    "examples": lambda value, got: check_image_count(
         value, "examples", _largest(got), minimum=got["batch_size"]
     ),
     "batch_sizes": lambda value, got: check_sequence(
         value,
         "batch_sizes",
         "a non-empty list or tuple of ints >= 1",
-        item=lambda size, name: _check_image_count(size, name, _largest(got)),
+        item=lambda size, name: check_image_count(size, name, _largest(got)),
     ),
 }
 
 
-def _random_images(count: int, size: int, seed: int) -> np.ndarray:
+def random_images(count: int, size: int, seed: int) -> np.ndarray:
     """``count`` float32 RGB images ``size x size`` in [0, 1) (a blur's time does not depend on
     content)."""
     return np.random.default_rng(seed).random((count, size, size, 3), dtype=np.float32)
 
 
-def _on(device: str, array: np.ndarray) -> Any:
+def on_device(device: str, array: np.ndarray) -> Any:
     """``array`` as a tensor in ``device``'s memory."""
     import tensorflow as tf
 
@@ -178,7 +198,7 @@ def _on(device: str, array: np.ndarray) -> Any:
 
 
 #: The arguments the experiments share, documented once. The ``{{shared_args}}`` line in the
-#: docstring of a function decorated ``@_shared_args(names)`` becomes these lines (as Keras's
+#: docstring of a function decorated ``@shared_args(names)`` becomes these lines (as Keras's
 #: optimizers do with ``{{base_optimizer_keyword_args}}``).
 SHARED_ARGS = {
     "methods": "Name -> blur ``fn(images)`` (NHWC float32); ``None``: ``default_blur_methods()``.",
@@ -197,7 +217,7 @@ SHARED_ARGS = {
 RUN_ARGS = ("device", "repeats", "seed", "progress")
 
 
-def _shared_args(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def shared_args(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Replace the ``{{shared_args}}`` line of the docstring by the ``SHARED_ARGS`` of ``names``.
 
     The line keeps the placeholder's indentation: 8 spaces as written, 4 on Python 3.13, which

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from companion._checks import check_choice, check_int, check_seed
-from companion.bench._harness import _check_image_count, _setting
+from companion.bench._harness import check_image_count, check_repeats, setting
 from companion.bench._records import Entry
-from companion.timing import _check_repeats, time_call
+from companion.timing import time_call
 
 #: Limits that refuse a run that would last for days, before any work.
 MAX_EPOCHS = 100  # epochs per timed call of ``training_loop_vs_fit``
@@ -110,60 +110,14 @@ def training_loop_vs_fit(
 
     Taught in chapter 7, "How fast is the loop?".
     """
-    import keras
-
-    from companion.training import fit
-
-    default_examples, default_batch = LOOP_MODELS[check_choice(model, "model", tuple(LOOP_MODELS))]
-    batch_size = check_int(
-        _setting(batch_size, default_batch), "batch_size", minimum=1, maximum=MAX_EXAMPLES
-    )
-    examples = check_int(
-        _setting(examples, default_examples), "examples", minimum=batch_size, maximum=MAX_EXAMPLES
-    )
+    model, examples, batch_size = _check_loop_problem(model, examples, batch_size)
     epochs = check_int(epochs, "epochs", minimum=1, maximum=MAX_EPOCHS)
-    repeats = _check_repeats(repeats)
+    repeats = check_repeats(repeats)
     seed = check_seed(seed)
 
     data, make_model, loss = _loop_problem(model, examples, seed)
-    data = data.batch(batch_size).cache()
-    keras.utils.set_random_seed(seed)
-    ours, theirs = make_model(), make_model()
-    theirs.set_weights(ours.get_weights())
-    our_optimizer = keras.optimizers.Adam(1e-3)
-    our_metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-    theirs.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
-        loss=loss,
-        jit_compile=False,
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-    )
-    runs = {
-        "custom loop": lambda: fit(
-            ours,
-            data,
-            optimizer=our_optimizer,
-            loss=loss,
-            epochs=epochs,
-            metrics=our_metrics,
-            progress=False,
-        ),
-        "model.fit": lambda: theirs.fit(data, epochs=epochs, verbose=0, shuffle=False),
-    }
-    for run in runs.values():
-        run()  # traces the step: a one-off cost
-    rates: dict[str, list[float]] = {name: [] for name in runs}
-    for repeat in range(repeats):
-        # ABBA: neither always first
-        for name, run in list(runs.items())[:: 1 if repeat % 2 == 0 else -1]:
-            start = time.perf_counter()
-            run()
-            rates[name].append(epochs * examples / (time.perf_counter() - start))
-            print(
-                f"  repeat {repeat + 1}/{repeats}, {name} ({model}): "
-                f"{rates[name][-1]:,.0f} examples/s",
-                flush=True,
-            )
+    runs = _loop_runs(make_model, data.batch(batch_size).cache(), loss, epochs, seed)
+    rates = _alternating_rates(runs, repeats, epochs * examples, model)
     custom, keras_fit = (statistics.median(rates[name]) for name in runs)
     return Entry.measured(
         f"custom training loop / model.fit ({model} model)",
@@ -179,6 +133,75 @@ def training_loop_vs_fit(
             "jit_compile": False,
         },
     )
+
+
+def _check_loop_problem(model: Any, examples: Any, batch_size: Any) -> tuple[str, int, int]:
+    """``(model, examples, batch_size)`` of ``training_loop_vs_fit`` checked, ``None`` sizes
+    replaced by the model's defaults (``LOOP_MODELS``)."""
+    default_examples, default_batch = LOOP_MODELS[check_choice(model, "model", tuple(LOOP_MODELS))]
+    batch_size = check_int(
+        setting(batch_size, default_batch), "batch_size", minimum=1, maximum=MAX_EXAMPLES
+    )
+    examples = check_int(
+        setting(examples, default_examples), "examples", minimum=batch_size, maximum=MAX_EXAMPLES
+    )
+    return model, examples, batch_size
+
+
+def _loop_runs(
+    make_model: Callable[[], Any], data: Any, loss: Any, epochs: int, seed: int
+) -> dict[str, Callable[[], Any]]:
+    """``"custom loop"`` and ``"model.fit"``: each trains its own copy of one model (same initial
+    weights, Adam, ``loss``, an accuracy metric, no XLA) for ``epochs`` epochs on ``data``."""
+    import keras
+
+    from companion.training import fit
+
+    keras.utils.set_random_seed(seed)
+    ours, theirs = make_model(), make_model()
+    theirs.set_weights(ours.get_weights())
+    our_optimizer = keras.optimizers.Adam(1e-3)
+    our_metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+    theirs.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=loss,
+        jit_compile=False,
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
+    return {
+        "custom loop": lambda: fit(
+            ours,
+            data,
+            optimizer=our_optimizer,
+            loss=loss,
+            epochs=epochs,
+            metrics=our_metrics,
+            progress=False,
+        ),
+        "model.fit": lambda: theirs.fit(data, epochs=epochs, verbose=0, shuffle=False),
+    }
+
+
+def _alternating_rates(
+    runs: dict[str, Callable[[], Any]], repeats: int, examples: int, model: str
+) -> dict[str, list[float]]:
+    """Examples per second of each of ``runs`` (each call trains ``examples`` examples): one
+    untimed call each (tracing), then ``repeats`` timed calls in turns, A B, B A, ... (neither
+    always first); each printed as it is measured, with the name of the ``model`` trained."""
+    for run in runs.values():
+        run()  # traces the step: a one-off cost
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for repeat in range(repeats):
+        for name, run in list(runs.items())[:: 1 if repeat % 2 == 0 else -1]:
+            start = time.perf_counter()
+            run()
+            rates[name].append(examples / (time.perf_counter() - start))
+            print(
+                f"  repeat {repeat + 1}/{repeats}, {name} ({model}): "
+                f"{rates[name][-1]:,.0f} examples/s",
+                flush=True,
+            )
+    return rates
 
 
 def adamw_step_time(
@@ -216,9 +239,9 @@ def adamw_step_time(
     from companion.models import functional_multimodal
     from companion.optimizers import DEFAULT_EXCLUDE, AdamW
 
-    batch_size = _check_image_count(batch_size, "batch_size", 32)
+    batch_size = check_image_count(batch_size, "batch_size", 32)
     steps = check_int(steps, "steps", minimum=1, maximum=MAX_STEPS)
-    repeats = _check_repeats(repeats)
+    repeats = check_repeats(repeats)
     seed = check_seed(seed)
 
     (images, meta), labels = make_shapes(batch_size, image_size=32, meta_dim=10, seed=seed)

@@ -168,7 +168,7 @@ class Entry(_Record):
 ROW_KEYS = _field_names(Row)[:-1]
 
 
-def _describe_sizes(sizes: Mapping[str, Any]) -> str:
+def describe_sizes(sizes: Mapping[str, Any]) -> str:
     """``{"batch_size": 16, "image_size": 64}`` -> ``"batch 16, 64x64"``."""
     words = {"batch_size": "batch {}", "image_size": "{0}x{0}", "examples": "{} examples"}
     return ", ".join(words.get(key, key + " {}").format(value) for key, value in sizes.items())
@@ -216,7 +216,7 @@ def rows_table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = ["  " + line for line in table[:2]]
     methods = iter(table[2:])
     for row in rows:
-        lines.append(f"{row['name']} ({_describe_sizes(row['sizes'])})")
+        lines.append(f"{row['name']} ({describe_sizes(row['sizes'])})")
         lines += ["  " + next(methods) for _ in row["medians"]]
     return "\n".join(lines)
 
@@ -231,7 +231,7 @@ def rows_to_entries(rows: Sequence[Mapping[str, Any]]) -> list[Entry]:
     """
     return [
         Entry.measured(
-            f"{method} / {row['reference']}: {row['name']} ({_describe_sizes(row['sizes'])})",
+            f"{method} / {row['reference']}: {row['name']} ({describe_sizes(row['sizes'])})",
             median * 1e3,
             row["medians"][row["reference"]] * 1e3,
             "ms",

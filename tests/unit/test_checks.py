@@ -8,10 +8,13 @@ import pytest
 from companion._checks import (
     check_bool,
     check_callable,
+    check_calls,
     check_choice,
+    check_device,
     check_fraction,
     check_instance,
     check_int,
+    check_odd_int,
     check_path,
     check_real,
     check_seed,
@@ -122,6 +125,48 @@ def test_check_choice_instance_callable_str_and_path():
     with pytest.raises(ValueError, match=r"^cache_dir: expected a non-empty path"):
         check_path("", "cache_dir")
     assert str(check_path("a/b", "p")) == "a/b"
+
+
+def test_check_calls_names_the_argument_it_checks():
+    assert check_calls({"a": abs}, "methods") == {"a": abs}
+    with pytest.raises(TypeError, match=r"^methods\['x'\]: expected a callable, got str 'f'$"):
+        check_calls({"x": "f"}, "methods")
+    with pytest.raises(TypeError, match=r"^methods\[1\]: expected a str name, got int 1$"):
+        check_calls({1: abs}, "methods")
+    with pytest.raises(ValueError, match=r"^methods: expected a non-empty mapping of names to "):
+        check_calls({}, "methods")
+
+
+def test_check_device_accepts_the_devices_tensorflow_has():
+    assert check_device("cpu:0") == "cpu:0" and check_device("/CPU:0") == "/CPU:0"
+
+
+@pytest.mark.parametrize(
+    "value, error, match",
+    [
+        (["/CPU:0"], TypeError, r"such as '/CPU:0', got list \['/CPU:0'\]$"),
+        ("no such", ValueError, r"such as '/GPU:0', got str 'no such'$"),
+        ("/CPU:99", ValueError, r"one of the devices TensorFlow has, .*got str '/CPU:99'$"),
+    ],
+)
+def test_a_device_check_prints_what_arrived_not_only_its_type(value, error, match):
+    with pytest.raises(error, match=r"^device: expected (a device string )?" + match):
+        check_device(value)
+
+
+@pytest.mark.parametrize("value", [1, 3, np.int64(9), 31])
+def test_check_odd_int_accepts_odd_ints_up_to_the_maximum(value):
+    assert check_odd_int(value, "ksize", maximum=31) == value
+    assert type(check_odd_int(value, "ksize", maximum=31)) is int
+
+
+@pytest.mark.parametrize(
+    "value, error", [(0, ValueError), (4, ValueError), (33, ValueError), (3.0, TypeError)]
+)
+def test_check_odd_int_states_the_whole_rule(value, error):
+    rule = r"^ksize: expected an odd int >= 1 and <= 31, got "
+    with pytest.raises(error, match=rule + type(value).__name__):
+        check_odd_int(value, "ksize", maximum=31)
 
 
 # --- the public functions agree (each case below disagreed across modules before) ----------------

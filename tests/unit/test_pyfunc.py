@@ -9,7 +9,6 @@ import tensorflow as tf
 
 from companion.pyfunc import (
     GaussianBlur,
-    _check_ksize,
     cv2_blur,
     gaussian_kernel,
     native_blur,
@@ -283,7 +282,7 @@ def test_every_bad_ksize_gets_the_whole_rule(ksize):
     with pytest.raises(ValueError, match=rf"^{KSIZE_RULE}int {ksize}$"):
         gaussian_kernel(ksize)
     with pytest.raises(TypeError, match=rf"^{KSIZE_RULE}float {ksize}\.0$"):
-        _check_ksize(float(ksize))
+        gaussian_kernel(float(ksize))
 
 
 def test_the_largest_ksize_makes_a_kernel():

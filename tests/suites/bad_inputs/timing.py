@@ -1,9 +1,9 @@
 """Bad inputs for ``companion.timing``: every bad value is refused before any timing work.
 
 Every public name has a case (``default_device`` takes no argument; ``Timing`` is exempt). The
-private checks (``_check_calls``, ``_check_repeats``, ``_resolve_device``) are exercised through the
-public names that call them, here and in ``bench``'s table, which shares the kinds of a device, a
-count of repeats and a mapping of calls.
+checks shared with ``bench`` (``companion._checks``'s ``check_calls`` and ``check_device``, and
+``MAX_REPEATS``) are exercised through the public names that call them, here and in ``bench``'s
+table, which shares the kinds of a device, a count of repeats and a mapping of calls.
 """
 
 from collections.abc import Mapping

@@ -15,6 +15,8 @@ from companion.bench import (
     per_example_vs_batched,
     training_step_modes,
 )
+from companion.bench._harness import resolve_device
+from companion.timing import default_device
 
 
 def test_default_sizes_scale_with_the_device():
@@ -31,6 +33,11 @@ def test_default_sizes_scale_with_the_device():
             match=r"^device: expected one of the devices TensorFlow has, .*got str '/GPU:0'$",
         ):
             blur_op(device="/GPU:0", image_sizes=[8], batch_size=1, repeats=1)
+
+
+def test_no_device_means_the_default_device():
+    assert resolve_device(None) == default_device() and resolve_device("cpu:0") == "cpu:0"
+    assert default_sizes(None) == default_sizes(default_device())
 
 
 def test_checks_print_what_arrived_not_only_its_type():
