@@ -28,7 +28,7 @@ def _layers_of(obj: Any) -> list[Any]:
     return [obj]
 
 
-def _custom_objects(obj: Any) -> list[Any]:
+def objects_of_custom_classes(obj: Any) -> list[Any]:
     """The objects in ``obj`` whose class is not Keras's own, each class once."""
     seen, found = set(), []
     for item in _layers_of(obj):
@@ -75,7 +75,7 @@ def _is_serialized_object(value: Any) -> bool:
     return isinstance(value, dict) and "class_name" in value and "config" in value
 
 
-def _config_problems(item: Any) -> list[str]:
+def config_problems(item: Any) -> list[str]:
     """Problems of one custom class's ``get_config``/``from_config`` pair."""
     cls = type(item).__name__
     try:
@@ -85,30 +85,46 @@ def _config_problems(item: Any) -> list[str]:
     bad = _nonjson_path(config, "config")
     if bad:
         return [f"{cls}.get_config() is not JSON: {bad}"]
-    problems, unstored = [], []
     if not _is_keras_module(_defining_module(type(item), "get_config")):  # written by the user
-        for name, parameter in _constructor_arguments(type(item)):
-            if name not in config:
-                fallback = (
-                    "fails (no default)"
-                    if parameter.default is parameter.empty
-                    else f"gets the default {parameter.default!r}"
-                )
-                unstored.append(
-                    f"{cls}.get_config() does not store the constructor argument {name!r}: "
-                    f"from_config {fallback}"
-                )
-    elif isinstance(item, keras.Model) and not _is_functional(item):
-        names = [name for name, _ in _constructor_arguments(type(item))]
-        if names:
-            problems.append(
-                f"{cls} is a subclassed Model without its own get_config: Keras records no "
-                f"constructor arguments of a model ({', '.join(names)}), so loading builds it "
-                f"with their defaults; write get_config"
-            )
-    if unstored or isinstance(item, keras.optimizers.Optimizer):
-        return unstored
+        unstored = _unstored_arguments(item, config)
+        if unstored:
+            return unstored
+        problems = []
+    else:
+        problems = _inherited_model_config(item)
+    if isinstance(item, keras.optimizers.Optimizer):
+        return []
     return problems + _from_config_problems(item, json.loads(json.dumps(config)))
+
+
+def _unstored_arguments(item: Any, config: dict[str, Any]) -> list[str]:
+    """One sentence per argument of ``item``'s constructor that its ``config`` does not store."""
+    cls = type(item).__name__
+    return [
+        f"{cls}.get_config() does not store the constructor argument {name!r}: from_config "
+        + (
+            "fails (no default)"
+            if parameter.default is parameter.empty
+            else f"gets the default {parameter.default!r}"
+        )
+        for name, parameter in _constructor_arguments(type(item))
+        if name not in config
+    ]
+
+
+def _inherited_model_config(item: Any) -> list[str]:
+    """The problem of a subclassed model with constructor arguments and Keras's ``get_config``,
+    which records none of them."""
+    if not isinstance(item, keras.Model) or _is_functional(item):
+        return []
+    names = [name for name, _ in _constructor_arguments(type(item))]
+    if not names:
+        return []
+    return [
+        f"{type(item).__name__} is a subclassed Model without its own get_config: Keras records "
+        f"no constructor arguments of a model ({', '.join(names)}), so loading builds it with "
+        f"their defaults; write get_config"
+    ]
 
 
 def _constructor_arguments(cls: type) -> list[tuple[str, inspect.Parameter]]:
@@ -190,7 +206,9 @@ def _is_keras_function(name: str) -> bool:
     return any(hasattr(getattr(keras, module), name) for module in _FUNCTION_MODULES)
 
 
-def _registration(serialized: dict[str, Any], fresh_process: bool) -> tuple[list[str], list[str]]:
+def registration_problems(
+    serialized: dict[str, Any], fresh_process: bool
+) -> tuple[list[str], list[str]]:
     """(problems, modules the loading process must import) for the custom names in a config."""
     problems, modules = [], []
     for kind, key in dict.fromkeys(_registry_entries(serialized)):

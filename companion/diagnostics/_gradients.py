@@ -16,11 +16,11 @@ from companion._checks import (
 )
 from companion._finite import has_nonfinite
 from companion.diagnostics._inputs import (
-    _blaming,
-    _call_on,
-    _check_layer,
-    _describe_input,
-    _finite_arrays,
+    blaming,
+    call_on,
+    check_layer,
+    describe_input,
+    finite_arrays,
 )
 
 
@@ -28,17 +28,17 @@ def _gradients(
     model: keras.layers.Layer, inputs: Any, targets: Any, loss: Callable[..., Any], training: bool
 ) -> list[tuple[str, Any]]:
     """(variable path, gradient or None) of a training step, output-side variables first."""
-    model = _check_layer(model, "model")
+    model = check_layer(model, "model")
     check_callable(loss, "loss", "a callable loss(y_true, y_pred)")
     training = check_bool(training, "training")
-    _finite_arrays(inputs, "inputs")
-    target_arrays = _finite_arrays(targets, "targets")
+    finite_arrays(inputs, "inputs")
+    target_arrays = finite_arrays(targets, "targets")
     with tf.GradientTape() as tape:
-        output = _call_on(model, inputs, "inputs", training=training)
+        output = call_on(model, inputs, "inputs", training=training)
         _check_targets(target_arrays, output)
-        with _blaming(
+        with blaming(
             "targets",
-            f"targets that loss accepts for the output ({_describe_input(output)})",
+            f"targets that loss accepts for the output ({describe_input(output)})",
             targets,
         ):
             value = loss(targets, output)
@@ -65,7 +65,7 @@ def _check_targets(targets: list[np.ndarray], output: Any) -> None:
         if batch is not None and (leaf.ndim < 1 or leaf.shape[0] != batch):
             raise ValueError(
                 f"targets: expected arrays with the batch size of the model's output ({batch}), "
-                f"got {_describe_input(leaf)}"
+                f"got {describe_input(leaf)}"
             )
     if len(targets) != len(outputs):
         return  # the loss pairs them as it likes
@@ -74,7 +74,7 @@ def _check_targets(targets: list[np.ndarray], output: Any) -> None:
         if not _fits(leaf, shape):
             raise ValueError(
                 f"targets: expected arrays of the output's shape {shape} (integer class labels: "
-                f"{shape[:-1]}), got {_describe_input(leaf)}"
+                f"{shape[:-1]}), got {describe_input(leaf)}"
             )
 
 

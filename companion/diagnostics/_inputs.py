@@ -19,16 +19,17 @@ from companion._finite import has_nonfinite
 from companion._text import error_text
 
 
-def _to_numpy(structure: Any) -> list[np.ndarray]:
+def to_numpy(structure: Any) -> list[np.ndarray]:
     """The leaves of a (nested) output as NumPy arrays, in ``tf.nest`` order."""
     return [np.asarray(leaf) for leaf in tf.nest.flatten(structure)]
 
 
-def _check_layer(value: Any, name: str) -> keras.layers.Layer:
+def check_layer(value: Any, name: str) -> keras.layers.Layer:
+    """``value`` if it is a Keras layer or model (TypeError naming ``name`` otherwise)."""
     return check_instance(value, name, keras.layers.Layer, "a Keras layer or model")
 
 
-def _describe_input(value: Any) -> str:
+def describe_input(value: Any) -> str:
     """``"ndarray of shape (2, 3) and dtype float32"`` for an array or tensor (also in a dict);
     else ``describe`` on one line."""
     if hasattr(value, "shape") and hasattr(value, "dtype"):
@@ -37,13 +38,13 @@ def _describe_input(value: Any) -> str:
     if isinstance(value, dict):
         return (
             "dict {"
-            + ", ".join(f"{key!r}: {_describe_input(item)}" for key, item in value.items())
+            + ", ".join(f"{key!r}: {describe_input(item)}" for key, item in value.items())
             + "}"
         )
     return " ".join(describe(value).split())
 
 
-def _as_arrays(value: Any, name: str, *, numbers: bool = True) -> Any:
+def as_arrays(value: Any, name: str, *, numbers: bool = True) -> Any:
     """``value`` (an array or tensor, or a list, tuple or dict of them) with NumPy arrays as leaves.
 
     Raises:
@@ -63,9 +64,9 @@ def _as_arrays(value: Any, name: str, *, numbers: bool = True) -> Any:
     return arrays
 
 
-def _finite_arrays(value: Any, name: str) -> list[np.ndarray]:
+def finite_arrays(value: Any, name: str) -> list[np.ndarray]:
     """The leaves of ``value`` as arrays of finite numbers (NaN or Inf is no layer's fault)."""
-    leaves = tf.nest.flatten(_as_arrays(value, name))
+    leaves = tf.nest.flatten(as_arrays(value, name))
     if has_nonfinite(leaves):
         raise ValueError(
             f"{name}: expected finite values, got NaN or Inf: no layer is to blame; "
@@ -75,24 +76,24 @@ def _finite_arrays(value: Any, name: str) -> list[np.ndarray]:
 
 
 @contextlib.contextmanager
-def _blaming(name: str, what: str, value: Any) -> Iterator[None]:
+def blaming(name: str, what: str, value: Any) -> Iterator[None]:
     """In the block, an error means that ``value`` does not fit: a ValueError naming ``name``."""
     try:
         yield
     except Exception as error:  # whatever the call raises tells why this value does not fit
         raise ValueError(
-            f"{name}: expected {what}, got {_describe_input(value)}; "
+            f"{name}: expected {what}, got {describe_input(value)}; "
             f"the call raised {error_text(error)}"
         ) from error
 
 
-def _call_on(obj: Any, value: Any, name: str, **kwargs: Any) -> Any:
+def call_on(obj: Any, value: Any, name: str, **kwargs: Any) -> Any:
     """``obj(value, **kwargs)``; if that fails, ``value`` does not fit: a ValueError naming it."""
-    with _blaming(name, f"an input {_subject(obj)} accepts", value):
+    with blaming(name, f"an input {subject_of(obj)} accepts", value):
         return obj(value, **kwargs)
 
 
-def _subject(obj: Any) -> str:
+def subject_of(obj: Any) -> str:
     """``"Dense 'dense'"``: the object's class and, if it has one, its name."""
     name = getattr(obj, "name", None)
     return type(obj).__name__ if name is None else f"{type(obj).__name__} {name!r}"

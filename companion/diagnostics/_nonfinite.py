@@ -13,7 +13,7 @@ from companion._checks import (
     check_bool,
 )
 from companion._finite import has_nonfinite
-from companion.diagnostics._inputs import _call_on, _check_layer, _finite_arrays
+from companion.diagnostics._inputs import call_on, check_layer, finite_arrays
 
 
 def _layer_paths(model: keras.layers.Layer) -> dict[int, tuple[keras.layers.Layer, str]]:
@@ -100,9 +100,9 @@ def first_nonfinite(
 
     Taught in chapter 11, "The first layer that produced it".
     """
-    model = _check_layer(model, "model")
+    model = check_layer(model, "model")
     training = check_bool(training, "training")
-    _finite_arrays(inputs, "inputs")
+    finite_arrays(inputs, "inputs")
     found: list[str] = []
 
     def entering(path: str, args: tuple) -> None:
@@ -114,7 +114,7 @@ def first_nonfinite(
             found.append(path)
 
     with _watching_calls(list(_layer_paths(model).values()), entering, leaving):
-        output = _call_on(model, inputs, "inputs", training=training)
+        output = call_on(model, inputs, "inputs", training=training)
     if found:
         return found[0]
     return model.name if has_nonfinite(output) else None

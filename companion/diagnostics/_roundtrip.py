@@ -26,8 +26,12 @@ from companion._checks import (
     shorten,
 )
 from companion._text import error_text, keras_message
-from companion.diagnostics._configs import _config_problems, _custom_objects, _registration
-from companion.diagnostics._inputs import _as_arrays, _call_on, _subject, _to_numpy
+from companion.diagnostics._configs import (
+    config_problems,
+    objects_of_custom_classes,
+    registration_problems,
+)
+from companion.diagnostics._inputs import as_arrays, call_on, subject_of, to_numpy
 from companion.notebook import run_python
 
 
@@ -114,7 +118,7 @@ def _reloaded_state(path: str, sample_input: Any, modules: list[str]) -> dict[st
             state["config"] = json.loads(json.dumps(keras.saving.serialize_keras_object(obj)))
             state["weights"] = [(v.path, np.asarray(v)) for v in _state_variables(obj)]
             if sample_input is not None:
-                state["output"] = _to_numpy(obj(sample_input))
+                state["output"] = to_numpy(obj(sample_input))
         except Exception as error:  # any failure to import, load or call is the finding
             state["error"] = f"load_model failed: {error_text(error)}"
         state["warnings"] = _warning_texts(caught)
@@ -218,6 +222,18 @@ def _output_problems(before: list[np.ndarray], after: list[np.ndarray], atol: fl
     return []
 
 
+def _sample_and_output(obj: Any, sample_input: Any) -> tuple[Any, list[np.ndarray] | None]:
+    """``(sample_input as arrays, obj's output on it)``, checked; ``(None, None)`` without one."""
+    if sample_input is None:
+        return None, None
+    if isinstance(obj, keras.optimizers.Optimizer):
+        raise ValueError(
+            f"sample_input: expected None for an optimizer, got {describe(sample_input)}"
+        )
+    sample_input = as_arrays(sample_input, "sample_input", numbers=False)
+    return sample_input, to_numpy(call_on(obj, sample_input, "sample_input"))
+
+
 def check_roundtrip(
     obj: Any,
     sample_input: Any = None,
@@ -282,25 +298,18 @@ def check_roundtrip(
     fresh_process = check_bool(fresh_process, "fresh_process")
     atol = check_real(atol, "atol", minimum=0)
     timeout = check_real(timeout, "timeout", above=0, maximum=int(threading.TIMEOUT_MAX))
-    if sample_input is not None and isinstance(obj, keras.optimizers.Optimizer):
-        raise ValueError(
-            f"sample_input: expected None for an optimizer, got {describe(sample_input)}"
-        )
-    expected = None
-    if sample_input is not None:
-        sample_input = _as_arrays(sample_input, "sample_input", numbers=False)
-        expected = _to_numpy(_call_on(obj, sample_input, "sample_input"))
-    report = RoundtripReport(_subject(obj), fresh_process)
+    sample_input, expected = _sample_and_output(obj, sample_input)
+    report = RoundtripReport(subject_of(obj), fresh_process)
 
-    for item in _custom_objects(obj):
-        report.problems.extend(_config_problems(item))
+    for item in objects_of_custom_classes(obj):
+        report.problems.extend(config_problems(item))
     try:
         serialized = json.loads(json.dumps(keras.saving.serialize_keras_object(obj)))
     except Exception as error:  # a get_config that raises, a config that contains itself, ...
         if not report.problems:  # unless a get_config's problem above already says why
             report.problems.append(f"the object cannot be serialized: {error_text(error)}")
         return report
-    registration, modules = _registration(serialized, fresh_process)
+    registration, modules = registration_problems(serialized, fresh_process)
     report.problems.extend(registration)
 
     with tempfile.TemporaryDirectory() as workdir:

@@ -11,7 +11,7 @@ from companion._checks import (
     check_callable,
 )
 from companion._text import error_text
-from companion.diagnostics._inputs import _as_arrays, _call_on, _describe_input, _to_numpy
+from companion.diagnostics._inputs import as_arrays, call_on, describe_input, to_numpy
 
 
 def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
@@ -45,14 +45,14 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
     Taught in chapter 11, "Shapes: what is known while tracing".
     """
     check_callable(layer, "layer", "a callable layer or model")
-    sample_input = _as_arrays(sample_input, "sample_input")
+    sample_input = as_arrays(sample_input, "sample_input")
     for leaf in tf.nest.flatten(sample_input):
         if leaf.ndim < 1 or leaf.shape[0] < 2:
             raise ValueError(
                 "sample_input: expected arrays with a batch of at least 2, "
-                f"got {_describe_input(leaf)}"
+                f"got {describe_input(leaf)}"
             )
-    expected = _to_numpy(_call_on(layer, sample_input, "sample_input"))
+    expected = to_numpy(call_on(layer, sample_input, "sample_input"))
     specs = tf.nest.map_structure(
         lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), sample_input
     )
@@ -65,7 +65,7 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
     for rows in (None, 1):
         part = tf.nest.map_structure(lambda a: a[:rows], sample_input)
         try:
-            got = _to_numpy(concrete(part))
+            got = to_numpy(concrete(part))
         except Exception as error:  # a graph that runs for one batch size only
             problems.append(
                 f"the traced graph failed on a batch of {len(tf.nest.flatten(part)[0])}: "
