@@ -17,7 +17,7 @@ from companion._checks import (
     dtype_tiny,
     is_real,
 )
-from companion.optimizers._shared import _check_words, _name_matches, register
+from companion.optimizers._shared import check_words, name_matches, register
 
 #: Substrings of variable *names* that AdamW does not decay by default: biases and normalization
 #: parameters (``gamma``/``beta`` of Batch/LayerNormalization), as in the AdamW paper's practice.
@@ -131,7 +131,7 @@ class AdamW(keras.optimizers.Optimizer):
         self.epsilon_placement = check_choice(
             epsilon_placement, "epsilon_placement", ("keras", "paper")
         )
-        self.exclude_from_decay = _check_words(exclude_from_decay, "exclude_from_decay")
+        self.exclude_from_decay = check_words(exclude_from_decay, "exclude_from_decay")
 
     def build(self, variables: list[Any]) -> None:
         """Create the moment slots; decide once, per variable, whether it is decayed.
@@ -147,7 +147,7 @@ class AdamW(keras.optimizers.Optimizer):
         self._decayed = [
             self.decay_rate > 0
             and self._use_weight_decay(v)
-            and not _name_matches(v, self.exclude_from_decay)
+            and not name_matches(v, self.exclude_from_decay)
             for v in variables
         ]
 

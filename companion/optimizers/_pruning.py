@@ -18,7 +18,7 @@ from companion._checks import (
     describe,
     dtype_max,
 )
-from companion.optimizers._shared import MAX_STEP, _check_words, _path, _selects
+from companion.optimizers._shared import MAX_STEP, check_words, selects, variable_path
 
 
 def _check_steps(begin_step: Any, end_step: Any) -> tuple[int, int]:
@@ -118,7 +118,7 @@ def sparsity(variables: Any) -> float:
     what = "a layer, model, array or variable, or a list or tuple of them, with at least one weight"
     if isinstance(variables, keras.layers.Layer):
         arrays = [
-            _weights_array(v, "variables") for v in variables.weights if _selects(v, ("kernel",))
+            _weights_array(v, "variables") for v in variables.weights if selects(v, ("kernel",))
         ]
     elif isinstance(variables, np.ndarray) or ops.is_tensor(
         variables
@@ -192,11 +192,11 @@ class MagnitudePruning(keras.callbacks.Callback):
         self.target_sparsity = check_fraction(target_sparsity, "target_sparsity", below_one=True)
         self.begin_step, self.end_step = _check_steps(begin_step, end_step)
         self.frequency = check_int(frequency, "frequency", minimum=1)
-        self.include = _check_words(include, "include", min_length=1)
+        self.include = check_words(include, "include", min_length=1)
         self.step, self.masks = 0, {}
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self.pruned = [v for v in self.model.trainable_weights if _selects(v, self.include)]
+        self.pruned = [v for v in self.model.trainable_weights if selects(v, self.include)]
         if not self.pruned:
             raise ValueError(
                 f"include: expected parts of the names or paths of the model's variables,"
@@ -227,9 +227,9 @@ class MagnitudePruning(keras.callbacks.Callback):
             magnitude = np.abs(variable.numpy()).ravel()
             mask = np.ones(magnitude.size, variable.dtype)
             mask[np.argsort(magnitude, kind="stable")[: round(level * magnitude.size)]] = 0
-            self.masks[_path(variable)] = tf.constant(mask.reshape(variable.shape))
+            self.masks[variable_path(variable)] = tf.constant(mask.reshape(variable.shape))
 
     def _apply_masks(self) -> None:
         for variable in self.pruned:
-            if _path(variable) in self.masks:
-                variable.assign(variable * self.masks[_path(variable)])
+            if variable_path(variable) in self.masks:
+                variable.assign(variable * self.masks[variable_path(variable)])

@@ -20,7 +20,7 @@ register = keras.saving.register_keras_serializable(package="companion")
 MAX_STEP = 2**63 - 1
 
 
-def _path(variable: Any) -> str:
+def variable_path(variable: Any) -> str:
     """A Keras variable's path (``dense/kernel``), or a ``tf.Variable``'s name."""
     return getattr(variable, "path", None) or variable.name
 
@@ -30,24 +30,27 @@ def _own_name(variable: Any) -> str:
     return variable.name.split("/")[-1].split(":")[0]
 
 
-def _name_matches(variable: Any, words: Sequence[str]) -> bool:
+def name_matches(variable: Any, words: Sequence[str]) -> bool:
+    """True if one of ``words`` is part of the variable's own name (``bias`` in ``dense/bias``)."""
     name = _own_name(variable)
     return any(word in name for word in words)
 
 
-def _selects(variable: Any, words: Sequence[str]) -> bool:
+def selects(variable: Any, words: Sequence[str]) -> bool:
     """A word with ``/`` is part of the variable's path; a word without, part of its own name."""
-    return any(word in (_path(variable) if "/" in word else _own_name(variable)) for word in words)
+    return any(
+        word in (variable_path(variable) if "/" in word else _own_name(variable)) for word in words
+    )
 
 
-def _check_words(words: Any, name: str, *, min_length: int = 0) -> tuple[str, ...]:
+def check_words(words: Any, name: str, *, min_length: int = 0) -> tuple[str, ...]:
     """A list or tuple of non-empty strings (an empty one would match every variable)."""
     return check_sequence(
         words, name, "a list or tuple of non-empty str", item=check_str, min_length=min_length
     )
 
 
-def _replicas() -> int:
+def replicas_in_sync() -> int:
     """How many replicas run this code in sync (1 outside ``strategy.run``, or with no strategy)."""
     context = tf.distribute.get_replica_context()
     return 1 if context is None else context.num_replicas_in_sync

@@ -19,7 +19,7 @@ from companion._checks import (
     dtype_tiny,
 )
 from companion._clipping import clip_by_global_norm
-from companion.optimizers._shared import _path, _replicas, register
+from companion.optimizers._shared import register, replicas_in_sync, variable_path
 
 #: The largest :class:`GaussianNoise` ``stddev``: its noise (|draw| < 8 standard deviations)
 #: stays finite.
@@ -88,7 +88,7 @@ class ClipGlobalNorm(GradientTransform):
     def __call__(self, gradients: list[Any], variables: list[Any], step: Any) -> list[Any]:
         norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in gradients if g is not None])
         self.norm.assign(tf.cast(norm, self.norm.dtype))
-        return clip_by_global_norm(gradients, self.clip_norm, loss_scale=_replicas())
+        return clip_by_global_norm(gradients, self.clip_norm, loss_scale=replicas_in_sync())
 
     def get_config(self) -> dict[str, Any]:
         return {"clip_norm": self.clip_norm}
@@ -213,18 +213,20 @@ class TaskWeights(GradientTransform):
         }
 
     def build(self, optimizer: keras.optimizers.Optimizer, variables: list[Any]) -> None:
-        unmatched = [key for key in self.weights if not any(key in _path(v) for v in variables)]
+        unmatched = [
+            key for key in self.weights if not any(key in variable_path(v) for v in variables)
+        ]
         if unmatched:
             raise ValueError(
                 f"weights: expected keys found in variable paths, got {unmatched[0]!r}, "
-                f"which matches none of {[_path(v) for v in variables][:6]}"
+                f"which matches none of {[variable_path(v) for v in variables][:6]}"
             )
 
     def __call__(self, gradients: list[Any], variables: list[Any], step: Any) -> list[Any]:
         return [g if g is None else g * self._factor(v) for g, v in zip(gradients, variables)]
 
     def _factor(self, variable: Any) -> float:
-        return next((w for key, w in self.weights.items() if key in _path(variable)), 1.0)
+        return next((w for key, w in self.weights.items() if key in variable_path(variable)), 1.0)
 
     def get_config(self) -> dict[str, Any]:
         return {"weights": dict(self.weights)}

@@ -18,7 +18,7 @@ from companion._checks import (
     check_sequence,
     check_str,
 )
-from companion.optimizers._shared import MAX_STEP, _path, _replicas, register
+from companion.optimizers._shared import MAX_STEP, register, replicas_in_sync, variable_path
 from companion.optimizers._transforms import GradientTransform
 
 
@@ -180,7 +180,7 @@ class TransformGradients(_Wrapper):
                 self.add_variable(
                     (),
                     aggregation="only_first_replica",
-                    name=f"{_path(v).replace('/', '_')}_update_norm",
+                    name=f"{variable_path(v).replace('/', '_')}_update_norm",
                 )
                 for v in variables
             ]
@@ -206,7 +206,7 @@ class TransformGradients(_Wrapper):
             self._norms[self._get_variable_index(variable)].assign(norm)
 
     def _transform(self, gradients: list[Any], variables: list[Any]) -> list[Any]:
-        replicas = _replicas()
+        replicas = replicas_in_sync()
         present = [i for i, g in enumerate(gradients) if g is not None]
         if replicas > 1:
             summed = tf.distribute.get_replica_context().all_reduce(
@@ -226,7 +226,10 @@ class TransformGradients(_Wrapper):
 
         Taught in chapter 9, "Chaining transforms and recording update norms".
         """
-        return {_path(v): float(n.numpy()) for v, n in zip(self._trainable_variables, self._norms)}
+        return {
+            variable_path(v): float(n.numpy())
+            for v, n in zip(self._trainable_variables, self._norms)
+        }
 
     def get_config(self) -> dict[str, Any]:
         return {
