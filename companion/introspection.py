@@ -175,11 +175,32 @@ def _layered_layout(names: list[str], edges: list[tuple[str, str]]) -> tuple[dic
     Returns:
         ``(position, waypoints)``: ``{name: (column, row)}`` and ``{edge: [(column, row), ...]}``.
     """
+    depth = _depths(names, edges)
+    row = _rows(*_columns(names, edges, depth))
+    position = {name: (depth[name], -row[name]) for name in names}
+    waypoints = {
+        edge: [
+            (column, -row[(edge, column)]) for column in range(depth[edge[0]] + 1, depth[edge[1]])
+        ]
+        for edge in edges
+    }
+    return position, waypoints
+
+
+def _depths(names: list[str], edges: list[tuple[str, str]]) -> dict[str, int]:
+    """Each layer's column: the length of the longest path to it from an input."""
     depth = dict.fromkeys(names, 0)
     for _ in names:  # longest-path relaxation; the graph is acyclic and small
         for source, target in edges:
             depth[target] = max(depth[target], depth[source] + 1)
-    # Every item in a column: a layer name, or (edge, column) for an edge passing through.
+    return depth
+
+
+def _columns(
+    names: list[str], edges: list[tuple[str, str]], depth: dict[str, int]
+) -> tuple[dict[int, list], dict]:
+    """``(columns, predecessors)``: the items of each column, a layer name or ``(edge, column)``
+    for a waypoint of an edge passing through, and the items each item is drawn from."""
     columns: dict[int, list] = {}
     for name in names:
         columns.setdefault(depth[name], []).append(name)
@@ -195,29 +216,26 @@ def _layered_layout(names: list[str], edges: list[tuple[str, str]]) -> tuple[dic
             previous = waypoint
         if previous != edge[0]:
             predecessors[edge[1]] = [previous if p == edge[0] else p for p in predecessors[edge[1]]]
+    return columns, predecessors
+
+
+def _rows(columns: dict[int, list], predecessors: dict) -> dict:
+    """Each item's row, centred on 0: column by column, ordered by the mean row of the item's
+    predecessors (ties keep their order)."""
     row: dict = {}
     for column in sorted(columns):
         items = columns[column]
         if column > 0:
             order = {item: index for index, item in enumerate(items)}
-            items.sort(
-                key=lambda item: (
-                    sum(row[p] for p in predecessors[item]) / len(predecessors[item])
-                    if predecessors[item]
-                    else 0,
-                    order[item],
-                )
-            )
+            items.sort(key=lambda item: (_mean_row(predecessors[item], row), order[item]))
         for index, item in enumerate(items):
             row[item] = index - (len(items) - 1) / 2
-    position = {name: (depth[name], -row[name]) for name in names}
-    waypoints = {
-        edge: [
-            (column, -row[(edge, column)]) for column in range(depth[edge[0]] + 1, depth[edge[1]])
-        ]
-        for edge in edges
-    }
-    return position, waypoints
+    return row
+
+
+def _mean_row(items: list, row: dict) -> float:
+    """The mean row of ``items`` (0 for none)."""
+    return sum(row[item] for item in items) / len(items) if items else 0
 
 
 def plot_layer_graph(model: Any, ax: Any = None) -> Any:
@@ -242,7 +260,6 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
     Taught in chapter 1, "Models: a graph of layers".
     """
     import matplotlib.axes
-    import matplotlib.pyplot as plt
 
     edges = layer_edges(model)
     if ax is not None:
@@ -253,6 +270,20 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
         )
     )
     position, waypoints = _layered_layout(names, edges)
+    ax = _axes_for(ax, position, waypoints)
+    kinds = {layer.name: type(layer).__name__ for layer in model.layers}
+    extent = _draw_boxes(ax, position, kinds)
+    for source, target in edges:
+        _draw_arrow(ax, extent, position, (source, target), waypoints[(source, target)])
+    ax.set_axis_off()
+    ax.set_title(f"{model.name}: {len(names)} layers, {len(edges)} connections")
+    return ax
+
+
+def _axes_for(ax: Any, position: dict, waypoints: dict) -> Any:
+    """``ax`` (a new figure sized to the layout when None), its limits set around the layout."""
+    import matplotlib.pyplot as plt
+
     n_columns = 1 + max((column for column, _ in position.values()), default=0)
     all_rows = [r for _, r in position.values()] + [
         r for points in waypoints.values() for _, r in points
@@ -262,7 +293,12 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
         _, ax = plt.subplots(figsize=(2.3 * n_columns + 0.5, 1.1 * spread + 1.6))
     ax.set_xlim(-0.6, n_columns - 0.4)
     ax.set_ylim(min(all_rows) - 0.6, max(all_rows) + 0.6)
-    kinds = {layer.name: type(layer).__name__ for layer in model.layers}
+    return ax
+
+
+def _draw_boxes(ax: Any, position: dict, kinds: dict[str, str]) -> dict:
+    """A box per layer (its name and class: ``kinds``, ``Input`` if absent) at its position;
+    returns each box's extent in data coordinates, ``((left, bottom), (right, top))``."""
     boxes = {
         name: ax.text(
             x,
@@ -278,30 +314,34 @@ def plot_layer_graph(model: Any, ax: Any = None) -> Any:
     }
     ax.figure.canvas.draw()  # lays out the boxes, so that arrows can end at their edges
     to_data = ax.transData.inverted()
-    extent = {
+    return {
         name: to_data.transform(text.get_bbox_patch().get_window_extent())
         for name, text in boxes.items()
     }
-    for source, target in edges:
-        (_, _), (source_right, _) = extent[source]
-        (target_left, _), (_, _) = extent[target]
-        points = [(source_right, position[source][1]), *waypoints[(source, target)]]
-        xs, ys = zip(*points)
-        ax.plot(xs, ys, color="0.35", linewidth=1.2, zorder=1)
-        ax.annotate(
-            "",
-            xy=(target_left, position[target][1]),
-            xytext=points[-1],
-            zorder=2,
-            arrowprops=dict(
-                arrowstyle="-|>",
-                mutation_scale=14,
-                color="0.35",
-                linewidth=1.2,
-                shrinkA=0,
-                shrinkB=1,
-            ),
-        )
-    ax.set_axis_off()
-    ax.set_title(f"{model.name}: {len(names)} layers, {len(edges)} connections")
-    return ax
+
+
+def _draw_arrow(
+    ax: Any, extent: dict, position: dict, edge: tuple[str, str], waypoints: list
+) -> None:
+    """The arrow of ``edge``: from the right side of the source's box through its
+    ``waypoints`` to the left side of the target's box, where its head is."""
+    source, target = edge
+    (_, _), (source_right, _) = extent[source]
+    (target_left, _), (_, _) = extent[target]
+    points = [(source_right, position[source][1]), *waypoints]
+    xs, ys = zip(*points)
+    ax.plot(xs, ys, color="0.35", linewidth=1.2, zorder=1)
+    ax.annotate(
+        "",
+        xy=(target_left, position[target][1]),
+        xytext=points[-1],
+        zorder=2,
+        arrowprops=dict(
+            arrowstyle="-|>",
+            mutation_scale=14,
+            color="0.35",
+            linewidth=1.2,
+            shrinkA=0,
+            shrinkB=1,
+        ),
+    )
