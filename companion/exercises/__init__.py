@@ -15,12 +15,11 @@ solution's source. A wrong answer, or one that raises, is reported, never raised
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any, NamedTuple
 
-from companion._checks import check_int, describe
-from companion.exercises._framework import CheckFailure, CheckResult, Exercise, run
+from companion._checks import check_int
+from companion.exercises._framework import CheckFailure, CheckResult, run
+from companion.exercises._registry import exercises, find_exercise
 from companion.notebook import print_wrapped
 
 __all__ = ["CheckFailure", "CheckResult", "ExerciseEntry", "check", "hint", "list_exercises"]
@@ -36,41 +35,6 @@ class ExerciseEntry(NamedTuple):
     title: str
 
 
-def _sort_key(exercise_id: str) -> tuple[int, int]:
-    chapter, number = exercise_id.split(".")
-    return (1000 if chapter == "A" else int(chapter), int(number))
-
-
-def _exercises() -> dict[str, Exercise]:
-    """Every chapter's exercises by id, in the book's order (read once, from ``_ch*``/``_a*``)."""
-    global _REGISTRY
-    if _REGISTRY is None:
-        found = {}
-        for info in pkgutil.iter_modules(__path__):
-            if info.name.startswith(("_ch", "_a")):
-                module = importlib.import_module(f"{__name__}.{info.name}")
-                found.update({exercise.id: exercise for exercise in module.EXERCISES})
-        _REGISTRY = {key: found[key] for key in sorted(found, key=_sort_key)}
-    return _REGISTRY
-
-
-_REGISTRY: dict[str, Exercise] | None = None
-
-
-def _exercise(exercise_id: Any) -> Exercise:
-    exercises = _exercises()
-    if not isinstance(exercise_id, str):
-        raise TypeError(
-            f"exercise_id: expected an exercise id as a str, such as '4.1', got "
-            f"{describe(exercise_id)}"
-        )
-    if exercise_id not in exercises:
-        raise ValueError(
-            f"exercise_id: expected one of {', '.join(exercises)}, got {describe(exercise_id)}"
-        )
-    return exercises[exercise_id]
-
-
 def list_exercises() -> list[ExerciseEntry]:
     """Every exercise in the book, in order: ``ExerciseEntry(id, title)``.
 
@@ -80,7 +44,7 @@ def list_exercises() -> list[ExerciseEntry]:
 
     Taught in every chapter, "Exercises".
     """
-    return [ExerciseEntry(exercise.id, exercise.title) for exercise in _exercises().values()]
+    return [ExerciseEntry(exercise.id, exercise.title) for exercise in exercises().values()]
 
 
 def check(exercise_id: str, answer: Any) -> CheckResult:
@@ -103,7 +67,7 @@ def check(exercise_id: str, answer: Any) -> CheckResult:
 
     Taught in every chapter, "Exercises".
     """
-    return run(_exercise(exercise_id), answer)
+    return run(find_exercise(exercise_id), answer)
 
 
 def hint(exercise_id: str, level: int = 1) -> None:
@@ -119,7 +83,7 @@ def hint(exercise_id: str, level: int = 1) -> None:
 
     Taught in every chapter, "Exercises".
     """
-    exercise = _exercise(exercise_id)
+    exercise = find_exercise(exercise_id)
     level = check_int(level, "level", minimum=1, maximum=len(exercise.hints))
     print_wrapped(
         f"Hint {level} of {len(exercise.hints)} for {exercise.id} ({exercise.title}) "

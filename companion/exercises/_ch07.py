@@ -152,25 +152,31 @@ def same_losses_as_fit(answer, context):
     got = [float(loss) for loss in losses]
     if max(abs(a - b) for a, b in zip(got, expected)) < 1e-5:
         return
+    shown = ", ".join(f"{v:.4f}" for v in got)
+    expect(
+        False,
+        f"expected {', '.join(f'{v:.4f}' for v in expected)}, got {shown}"
+        f"{_likely_slip(got, expected, batch_losses)}",
+    )
+
+
+def _likely_slip(got, expected, batch_losses):
+    """The slip that most likely gave the epoch losses ``got`` instead of ``expected``, as a note
+    in parentheses; ``""`` if none fits."""
 
     def near(values):
         return max(abs(a - b) for a, b in zip(got, values)) < 1e-4
 
-    likely = ""
     if near([float(np.mean(epoch)) for epoch in batch_losses]):
-        likely = (
+        return (
             " (a plain mean of the batch means: the last batch holds 4 examples, so weight "
             "each batch's loss by its size, as model.fit does)"
         )
-    elif near([float(np.mean(expected[: e + 1])) for e in range(EPOCHS)]):
-        likely = " (a running mean never reset: start it again at every epoch)"
-    elif all(a < b - 1e-4 for a, b in zip(got, expected)):
-        likely = " (model.fit's loss includes the L2 penalty, sum(model.losses))"
-    shown = ", ".join(f"{v:.4f}" for v in got)
-    expect(
-        False,
-        f"expected {', '.join(f'{v:.4f}' for v in expected)}, got {shown}{likely}",
-    )
+    if near([float(np.mean(expected[: e + 1])) for e in range(EPOCHS)]):
+        return " (a running mean never reset: start it again at every epoch)"
+    if all(a < b - 1e-4 for a, b in zip(got, expected)):
+        return " (model.fit's loss includes the L2 penalty, sum(model.losses))"
+    return ""
 
 
 def _model(seed=0):

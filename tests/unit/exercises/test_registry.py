@@ -8,8 +8,8 @@ import pytest
 import yaml
 from helpers.repo_tools import ROOT
 
-from companion.exercises import _exercises as registry
 from companion.exercises import check, hint, list_exercises
+from companion.exercises._registry import exercises
 
 #: An exercise as a chapter lists it: ``- **4.1** ★☆☆ **A kernel constraint.** ...``.
 LISTED = re.compile(r"^- \*\*((?:\d+|A)\.\d+)\*\* ★+☆* \*\*(.+?)\*\*", re.M)
@@ -70,7 +70,7 @@ def test_the_ids_and_titles_are_those_the_chapters_print():
 
 
 def test_every_exercise_has_checks_and_at_least_two_hints_none_of_them_code():
-    for exercise in registry().values():
+    for exercise in exercises().values():
         assert exercise.checks, exercise.id
         assert len(exercise.hints) >= 2, exercise.id
         for text in exercise.hints:
