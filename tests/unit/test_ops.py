@@ -402,7 +402,9 @@ def test_a_nonfinite_beta_tensor_is_refused_with_the_projects_error(bad):
 
 
 def test_a_beta_variable_still_trains_inside_a_tf_function():
-    beta = tf.Variable(1.5)
+    beta, x = tf.Variable(1.5, dtype=tf.float64), np.array([1.0, -2.0, 0.5, 3.0])
     with tf.GradientTape() as tape:
-        y = tf.function(lambda x: swish(x, beta=beta))(tf.constant([1.0, -2.0]))
-    assert tape.gradient(y, beta) is not None
+        y = tf.function(lambda x: swish(x, beta=beta))(tf.constant(x))
+    # d/dbeta of sum(x * sigmoid(beta * x)) is sum(x**2 * s * (1 - s)), s = sigmoid(beta * x)
+    s = np_sigmoid(1.5 * x)
+    np.testing.assert_allclose(tape.gradient(y, beta), np.sum(x**2 * s * (1 - s)), rtol=1e-10)
