@@ -35,7 +35,7 @@ from companion.training._metrics import MetricEntry, check_metric_keys, metric_e
 MAX_EPOCHS = 10**6
 
 #: Stands for the optimizer of a function that takes none (``make_eval_step``).
-NO_OPTIMIZER = object()
+_NO_OPTIMIZER = object()
 
 
 class FitOptions(NamedTuple):
@@ -75,7 +75,7 @@ def check_arguments(
     loss: Any,
     metrics: Any,
     strategy: Any,
-    optimizer: Any = NO_OPTIMIZER,
+    optimizer: Any = _NO_OPTIMIZER,
     clip_norm: Any = None,
     element_spec: Any = None,
     fit: FitOptions | None = None,
@@ -86,7 +86,7 @@ def check_arguments(
     (one with an optimizer) needs trainable variables, ``make_eval_step`` a built model.
     """
     model = check_instance(model, "model", keras.Model, "a keras.Model")
-    trains = optimizer is not NO_OPTIMIZER
+    trains = optimizer is not _NO_OPTIMIZER
     if trains:
         _check_optimizer(optimizer)
     _check_signature(loss, "loss", "a callable loss(y_true, y_pred)", (None, None))
@@ -101,7 +101,11 @@ def check_arguments(
         for data, name in ((fit.dataset, "dataset"), (fit.validation_data, "validation_data")):
             if data is not None:
                 _check_inputs(model, data, name, strategy)
-    variables = _check_trainable(model) if trains else _check_built(model)
+    if trains:
+        variables = _check_trainable(model)
+    else:
+        _check_built(model)
+        variables = []
     _check_output_keys(entries, model)
     return Arguments(
         model,
@@ -148,14 +152,12 @@ def _check_records(options: FitOptions) -> FitOptions:
     )
 
 
-def _check_built(model: keras.Model) -> list[Any]:
-    """Nothing (no variables to train), after checking that the model is built."""
+def _check_built(model: keras.Model) -> None:
     if not model.built:
         raise ValueError(
             f"model: expected a built model, got an unbuilt {type(model).__name__}; call it on a "
             f"batch first, or give it an Input (fit builds it from the dataset)"
         )
-    return []
 
 
 def _check_trainable(model: keras.Model) -> list[Any]:

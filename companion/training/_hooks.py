@@ -13,6 +13,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
+from companion.training._arguments import FitOptions
 from companion.training._checkpoint import TrainingCheckpoint
 
 #: Marks a summary as a TensorBoard scalar (what ``tf.summary.scalar`` writes, without needing
@@ -161,28 +162,19 @@ class FitHooks:
     """``fit``'s hooks in the order they run, with the history they keep (a ``CallbackList``).
 
     Args:
-        epochs: The epochs ``fit`` runs to, for the progress lines.
-        progress: Whether to print progress lines and bars.
-        log_dir: TensorBoard's folder, or None.
-        on_epoch_end: The caller's function, or None.
+        options: ``fit``'s own arguments, checked: the epochs it runs to (for the progress
+            lines), whether to print progress, TensorBoard's folder, the caller's
+            ``on_epoch_end`` and ``checkpoint_every`` (each None when not given).
         checkpoint: The checkpoint to restore and save, or None.
-        checkpoint_every: Save within an epoch every this many steps too, or None.
     """
 
-    def __init__(
-        self,
-        epochs: int,
-        progress: bool,
-        log_dir: str | None,
-        on_epoch_end: Callable[[int, dict[str, float]], None] | None,
-        checkpoint: TrainingCheckpoint | None,
-        checkpoint_every: int | None,
-    ) -> None:
+    def __init__(self, options: FitOptions, checkpoint: TrainingCheckpoint | None) -> None:
         self.history: dict[str, list[float]] = {}
-        self.progress = _Progress(epochs) if progress else None
+        self.progress = _Progress(options.epochs) if options.progress else None
         self.checkpoints = (
-            _Checkpoints(checkpoint, checkpoint_every) if checkpoint is not None else None
+            _Checkpoints(checkpoint, options.checkpoint_every) if checkpoint is not None else None
         )
+        log_dir, on_epoch_end = options.log_dir, options.on_epoch_end
         optional = (
             self.progress,
             _TensorBoard(log_dir) if log_dir is not None else None,

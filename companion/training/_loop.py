@@ -1,10 +1,5 @@
-"""The outer loop of chapter 7: :func:`fit`, its epochs and their training and validation passes.
-
-``fit`` runs as ``model.fit`` does: the compiled function takes the dataset's *iterator* and
-fetches each batch inside the graph, the epoch's totals stay on the device (nothing is read
-back after each step), and the traced function is kept on the model, so calling ``fit`` again
-with the same model, optimizer, loss, metrics and data layout does not trace again.
-"""
+"""The outer loop of chapter 7: :func:`fit`, its epochs and their training and validation passes,
+whose traced functions are kept on the model (see ``companion.training``'s docstring)."""
 
 from __future__ import annotations
 
@@ -131,19 +126,11 @@ def fit(
             on_epoch_end,
         ),
     )
-    options = arguments.fit
     passes = _EpochPasses(arguments)
-    hooks = FitHooks(
-        options.epochs,
-        options.progress,
-        options.log_dir,
-        options.on_epoch_end,
-        _checkpoint(arguments, passes),
-        options.checkpoint_every,
-    )
+    hooks = FitHooks(arguments.fit, _checkpoint(arguments, passes))
     done, start = hooks.on_train_begin()
     try:
-        for epoch in range(done + 1, options.epochs + 1):
+        for epoch in range(done + 1, arguments.fit.epochs + 1):
             hooks.on_epoch_begin(epoch)
             logs = passes.train(epoch, start, hooks)
             start = 0

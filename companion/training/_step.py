@@ -1,13 +1,6 @@
-"""The training step written out (chapter 7): :func:`make_train_step` and its validation twin
-:func:`make_eval_step`, and the replica's share of the loss they both take.
-
-The step always goes through ``strategy.run`` and ``strategy.reduce`` (without a strategy,
-TensorFlow's default strategy, whose ``run`` is a plain call). Each replica scales its loss by the
-*global* batch size, so the gradients the optimizer sums over the replicas are those of the global
-mean loss. Under mixed precision the step scales the loss with ``optimizer.scale_loss`` before
-taking gradients, as Keras's own ``train_step`` does, so a ``keras.optimizers.LossScaleOptimizer``
-works.
-"""
+"""The training step written out (chapter 7): :func:`make_train_step`, its validation twin
+:func:`make_eval_step`, and the replica's share of the loss they both take (under a strategy or
+not, and under mixed precision: see ``companion.training``'s docstring)."""
 
 from __future__ import annotations
 
