@@ -1,5 +1,7 @@
-"""What the training tests share: a loss, small regression data and a ``fit`` around it, and a
-dataset of one constant input per batch."""
+"""What the training tests share: a loss, small regression data and a ``fit`` around it, a
+dataset of one constant input per batch, and the ``mixed_float16`` policy for a block."""
+
+import contextlib
 
 import keras
 import numpy as np
@@ -40,3 +42,14 @@ def fit_regression(model, data, **kwargs):
         "progress": False,
     } | kwargs
     return fit(model, data, **kwargs)
+
+
+@contextlib.contextmanager
+def mixed_float16():
+    """The dtype policy ``mixed_float16`` within the block (float16 compute, float32 variables)."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)

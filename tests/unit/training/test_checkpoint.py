@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers.small_models import dense, one_weight
-from helpers.training_helpers import constant_data, fit_regression, regression_data
+from helpers.training_helpers import constant_data, fit_regression, mixed_float16, regression_data
 
 from companion.training import fit
 from companion.training._checkpoint import TrainingCheckpoint
@@ -92,32 +92,33 @@ def test_a_finished_run_is_not_trained_again_and_more_epochs_carry_on(tmp_path, 
     assert more_history == longer_history and variables_equal(longer.weights, more.weights)
 
 
-def test_mixed_precision_resumes_with_its_loss_scale(tmp_path, mixed_float16):
-    # Input 1 overflows the first scaled gradient, so the loss scale halves to 2**14 in step 1;
-    # a resumed run that lost it would skip another step and end elsewhere.
-    data = constant_data(1.0, steps=4, targets=[0.0, 0.2, 0.1, 0.3])
+def test_mixed_precision_resumes_with_its_loss_scale(tmp_path):
+    with mixed_float16():
+        # Input 1 overflows the first scaled gradient, so the loss scale halves to 2**14 in step 1;
+        # a resumed run that lost it would skip another step and end elsewhere.
+        data = constant_data(1.0, steps=4, targets=[0.0, 0.2, 0.1, 0.3])
 
-    def run(directory, data):
-        model = one_weight()
-        optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
-        fit(
-            model,
-            data,
-            optimizer=optimizer,
-            loss=keras.losses.MeanSquaredError(),
-            epochs=2,
-            checkpoint_dir=directory,
-            checkpoint_every=2,
-            progress=False,
-        )
-        return model, optimizer
+        def run(directory, data):
+            model = one_weight()
+            optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+            fit(
+                model,
+                data,
+                optimizer=optimizer,
+                loss=keras.losses.MeanSquaredError(),
+                epochs=2,
+                checkpoint_dir=directory,
+                checkpoint_every=2,
+                progress=False,
+            )
+            return model, optimizer
 
-    model, optimizer = run(tmp_path / "whole", data)
-    with pytest.raises(tf.errors.OpError):
-        run(tmp_path / "cut", crashing(data, at=7))
-    again, again_optimizer = run(tmp_path / "cut", data)
-    assert float(again_optimizer.dynamic_scale) == float(optimizer.dynamic_scale) == 2.0**14
-    assert variables_equal(model.weights, again.weights)
+        model, optimizer = run(tmp_path / "whole", data)
+        with pytest.raises(tf.errors.OpError):
+            run(tmp_path / "cut", crashing(data, at=7))
+        again, again_optimizer = run(tmp_path / "cut", data)
+        assert float(again_optimizer.dynamic_scale) == float(optimizer.dynamic_scale) == 2.0**14
+        assert variables_equal(model.weights, again.weights)
 
 
 def test_checkpoints_of_another_model_or_a_file_are_refused(tmp_path):

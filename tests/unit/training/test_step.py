@@ -14,7 +14,7 @@ from helpers.small_models import (
     shapes_dataset,
     two_input_classifier,
 )
-from helpers.training_helpers import constant_data, crossentropy
+from helpers.training_helpers import constant_data, crossentropy, mixed_float16
 
 from companion.data import NUM_CLASSES, make_shapes
 from companion.training import NonFiniteError, fit, make_eval_step, make_train_step
@@ -109,68 +109,69 @@ def train_both_ways(data, loss_scale_optimizer):
     return kernels, optimizer
 
 
-def test_mixed_precision_one_step_equals_model_fit(mixed_float16):
+def test_mixed_precision_one_step_equals_model_fit():
     # Kernel 1, input 0.5, target 0: loss (w/2)^2, gradient 0.5; one SGD(0.1) step gives 0.95.
     # Without the loss scaled first, the optimizer would divide an unscaled gradient by its scale,
     # 2**15.
-    kernels, optimizer = train_both_ways(
-        constant_data(0.5, steps=1),
-        lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-    )
-    assert kernels["fit"] == kernels["model.fit"] == pytest.approx(0.95, abs=1e-7)
-    assert int(optimizer.iterations) == 1
+    with mixed_float16():
+        kernels, optimizer = train_both_ways(
+            constant_data(0.5, steps=1),
+            lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+        )
+        assert kernels["fit"] == kernels["model.fit"] == pytest.approx(0.95, abs=1e-7)
+        assert int(optimizer.iterations) == 1
 
-    data = shapes_dataset(64)
-    ours, reference = two_input_classifier(), two_input_classifier(seed=2)
-    reference.set_weights(ours.get_weights())
-    history = fit(
-        ours,
-        data,
-        optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-        loss=crossentropy(),
-        progress=False,
-    )
-    reference.compile(optimizer=keras.optimizers.SGD(0.1), loss=crossentropy())  # compile wraps it
-    assert isinstance(reference.optimizer, keras.optimizers.LossScaleOptimizer)
-    keras_history = reference.fit(data, shuffle=False, verbose=0).history
-    assert max_difference(ours, reference) < 1e-6
-    np.testing.assert_allclose(history["loss"], keras_history["loss"], rtol=1e-6)
-
-
-def test_an_overflowing_step_is_skipped_by_the_loss_scale_optimizer_and_training_goes_on(
-    mixed_float16,
-):
-    # Input 1: the scaled float16 gradient 2 * 2**15 overflows. The optimizer skips that step and
-    # halves its scale; the second step applies: 1 - 0.1 * 2 = 0.8, as with model.fit.
-    kernels, optimizer = train_both_ways(
-        constant_data(1.0, steps=2),
-        lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-    )
-    assert kernels["fit"] == kernels["model.fit"] == pytest.approx(0.8, abs=1e-7)
-    assert float(optimizer.dynamic_scale) == 2.0**14 and int(optimizer.iterations) == 1
-
-    # clipping applies to the unscaled gradients: 0.1 * 0.5 moves by 0.05
-    clipped = one_weight()
-    fit(
-        clipped,
-        constant_data(0.5, steps=1),
-        optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-        loss=keras.losses.MeanSquaredError(),
-        clip_norm=0.1,
-        progress=False,
-    )
-    assert float(clipped.layers[0].kernel.numpy()[0, 0]) == pytest.approx(0.99, abs=1e-7)
-
-    # a non-finite loss is still ours
-    nan_target = constant_data(0.5, steps=3, targets=[0.0, np.nan, 0.0])
-    with pytest.raises(NonFiniteError, match=r"^loss is nan at epoch 1, step 2"):
-        fit(
-            one_weight(),
-            nan_target,
+        data = shapes_dataset(64)
+        ours, reference = two_input_classifier(), two_input_classifier(seed=2)
+        reference.set_weights(ours.get_weights())
+        history = fit(
+            ours,
+            data,
             optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-            loss=keras.losses.MeanSquaredError(),
+            loss=crossentropy(),
             progress=False,
         )
+        # compile wraps it
+        reference.compile(optimizer=keras.optimizers.SGD(0.1), loss=crossentropy())
+        assert isinstance(reference.optimizer, keras.optimizers.LossScaleOptimizer)
+        keras_history = reference.fit(data, shuffle=False, verbose=0).history
+        assert max_difference(ours, reference) < 1e-6
+        np.testing.assert_allclose(history["loss"], keras_history["loss"], rtol=1e-6)
+
+
+def test_an_overflowing_step_is_skipped_by_the_loss_scale_optimizer_and_training_goes_on():
+    # Input 1: the scaled float16 gradient 2 * 2**15 overflows. The optimizer skips that step and
+    # halves its scale; the second step applies: 1 - 0.1 * 2 = 0.8, as with model.fit.
+    with mixed_float16():
+        kernels, optimizer = train_both_ways(
+            constant_data(1.0, steps=2),
+            lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+        )
+        assert kernels["fit"] == kernels["model.fit"] == pytest.approx(0.8, abs=1e-7)
+        assert float(optimizer.dynamic_scale) == 2.0**14 and int(optimizer.iterations) == 1
+
+        # clipping applies to the unscaled gradients: 0.1 * 0.5 moves by 0.05
+        clipped = one_weight()
+        fit(
+            clipped,
+            constant_data(0.5, steps=1),
+            optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+            loss=keras.losses.MeanSquaredError(),
+            clip_norm=0.1,
+            progress=False,
+        )
+        assert float(clipped.layers[0].kernel.numpy()[0, 0]) == pytest.approx(0.99, abs=1e-7)
+
+        # a non-finite loss is still ours
+        nan_target = constant_data(0.5, steps=3, targets=[0.0, np.nan, 0.0])
+        with pytest.raises(NonFiniteError, match=r"^loss is nan at epoch 1, step 2"):
+            fit(
+                one_weight(),
+                nan_target,
+                optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+                loss=keras.losses.MeanSquaredError(),
+                progress=False,
+            )
 
 
 @pytest.mark.parametrize("returned", ["abc", 3, np.array([1, 2])], ids=["str", "int", "ints"])
