@@ -50,12 +50,17 @@ def test_setup_cell_is_collapsed_and_solutions_are_hidden_with_their_output(path
 
 
 def _public_names(module):
-    return [
+    """The functions and classes of ``__all__`` (a package's, from its private files too), or
+    else those the module defines itself."""
+    names = getattr(module, "__all__", None) or [
         name
         for name, obj in vars(module).items()
-        if not name.startswith("_")
-        and getattr(obj, "__module__", None) == module.__name__
-        and (inspect.isfunction(obj) or inspect.isclass(obj))
+        if not name.startswith("_") and getattr(obj, "__module__", None) == module.__name__
+    ]
+    return [
+        name
+        for name in names
+        if inspect.isfunction(getattr(module, name)) or inspect.isclass(getattr(module, name))
     ]
 
 
