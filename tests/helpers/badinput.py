@@ -88,11 +88,11 @@ def _safe_accepts(kind: Kind, value: Any) -> bool:
         return False
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def _is_real(value: Any) -> bool:
+def is_real(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
         value, (bool, np.bool_)
     )
@@ -103,7 +103,7 @@ def Int(minimum: int | None = None, maximum: int | None = None) -> Kind:
     return Kind(
         f"int [{minimum}, {maximum}]",
         lambda v: (
-            _is_int(v) and (minimum is None or v >= minimum) and (maximum is None or v <= maximum)
+            is_int(v) and (minimum is None or v >= minimum) and (maximum is None or v <= maximum)
         ),
     )
 
@@ -115,7 +115,7 @@ def Real(
     return Kind(
         f"real [{minimum}, {maximum}] > {above}",
         lambda v: (
-            _is_real(v)
+            is_real(v)
             and math.isfinite(v)
             and (minimum is None or v >= minimum)
             and (maximum is None or v <= maximum)

@@ -6,7 +6,7 @@ import math
 import keras
 import numpy as np
 import tensorflow as tf
-from helpers.badinput import Array, Bool, Case, Instance, Int, Kind, Real, _is_real
+from helpers.badinput import Array, Bool, Case, Instance, Int, Kind, Real, is_real
 from helpers.small_models import dense
 
 from companion.fitting import (
@@ -103,7 +103,7 @@ CASES = [
             "losses": Kind(
                 "a list of 2 losses",
                 lambda v: (
-                    isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_real(x) for x in v)
+                    isinstance(v, (list, tuple)) and len(v) == 2 and all(is_real(x) for x in v)
                 ),
                 extra_bad=([1.0], [1.0, "a"], [1.0, 2.0, 3.0]),
             ),

@@ -8,7 +8,7 @@ library once (compiling it if this stack has no cached build yet).
 import re
 
 import numpy as np
-from helpers.badinput import Array, Case, Kind, Real, Str, _is_int
+from helpers.badinput import Array, Case, Kind, Real, Str, is_int
 
 from companion.kernels import (
     SOURCE,
@@ -35,7 +35,7 @@ BLUR_INPUT = Array(
     ),
 )
 #: An odd kernel size; one beyond the images (``ksize // 2 >= height``) names either argument.
-ODD = Kind("odd int >= 1", lambda v: _is_int(v) and v >= 1 and v % 2 == 1, extra_bad=(4,))
+ODD = Kind("odd int >= 1", lambda v: is_int(v) and v >= 1 and v % 2 == 1, extra_bad=(4,))
 KSIZE = Kind(ODD.what, ODD.accepts, extra_bad=(4, 17, 10**12 + 1))
 SIGMA = Real(minimum=0)
 PATH = Kind("non-empty str or os.PathLike", lambda v: isinstance(v, str) and v != "")

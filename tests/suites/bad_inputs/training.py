@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 import tensorflow as tf
-from helpers.badinput import Bool, Case, Instance, Int, Kind, Real, Str, _is_real
+from helpers.badinput import Bool, Case, Instance, Int, Kind, Real, Str, is_real
 from helpers.small_models import dense
 
 from companion.training import (
@@ -171,7 +171,7 @@ HISTORY = Kind(
     lambda v: (
         isinstance(v, dict)
         and all(
-            isinstance(k, str) and isinstance(x, list) and all(_is_real(e) for e in x)
+            isinstance(k, str) and isinstance(x, list) and all(is_real(e) for e in x)
             for k, x in v.items()
         )
     ),
@@ -274,7 +274,7 @@ CASES = [
         {
             "epoch": Int(1),
             "step": Int(1),
-            "loss": Kind("a number (NaN and inf too)", _is_real),
+            "loss": Kind("a number (NaN and inf too)", is_real),
             "history": HISTORY,
             "cause": CAUSE,
         },
