@@ -2,9 +2,12 @@
 
 Chapters time things side by side in one run and report ratios, because absolute times on a
 shared machine vary: ``time_call`` times one function, ``compare`` several in turns. The result
-of every timed call is fetched to the host (``fetch``: ``.numpy()``), so asynchronous GPU work is
-counted, and the device is an argument: the GPU path is the CPU path with another device string
-(``default_device`` picks the GPU when there is one).
+of every timed call is fetched to the host (``fetch``: ``keras.ops.convert_to_numpy``, which waits
+for the value), so asynchronous work is counted (a GPU's, and JAX's on any device), and the device
+is an argument: the GPU path is the CPU path with another device string (``default_device`` picks
+the GPU when there is one, in the running backend's spelling).
+
+Backends: TensorFlow, JAX, PyTorch.
 """
 
 from __future__ import annotations
@@ -16,10 +19,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from companion._checks import check_callable, check_calls, check_device, check_int, check_real
+from companion._checks import (
+    check_callable,
+    check_calls,
+    check_device,
+    check_int,
+    check_real,
+    check_str,
+    describe,
+)
 
-# TensorFlow is imported in the two functions that use it: importing the harness stays cheap
-# (``python -m companion.bench --help`` answers without TensorFlow).
+# Keras (and TensorFlow, JAX or torch behind it) is imported in the functions that use it:
+# importing the harness stays cheap (``python -m companion.bench --help`` answers without them).
 
 #: Limits that refuse a count that would run for days, before any work.
 MAX_REPEATS = 1000  # timed repeats, rounds and warm-up calls
@@ -37,7 +48,7 @@ class Timing:
         spread: Interquartile range of the repeats divided by the median (0.1 = 10 %).
         repeats: How many repeats were measured.
         number: Calls per repeat.
-        device: The device string the calls ran under (``None``: TensorFlow's choice).
+        device: The device string the calls ran under (``None``: the backend's choice).
         times: Seconds per call of each repeat, in the order they ran (in ``compare``, repeat
             ``i`` of every call ran in the same round, side by side).
 
@@ -64,15 +75,25 @@ class Timing:
 def fetch(result: Any) -> Any:
     """Copy every tensor in ``result`` (nested lists, tuples, dicts) to the host as NumPy.
 
-    Waiting for the values is what makes a timing include the device's work.
+    Waiting for the values is what makes a timing include the device's work: JAX returns before
+    it has computed, and so does a GPU. Tensors and ``keras.Variable`` s of the running backend go
+    through ``keras.ops.convert_to_numpy``; anything else is returned as it is.
+
+    Example:
+        >>> import keras
+        >>> fetch({"a": keras.ops.ones(2), "b": [3, "text"]})
+        {'a': array([1., 1.], dtype=float32), 'b': [3, 'text']}
 
     Taught in chapter 12, "Timing without fooling yourself".
     """
-    import tensorflow as tf
+    import keras
 
-    return tf.nest.map_structure(
-        lambda value: value.numpy() if hasattr(value, "numpy") else value, result
-    )
+    def to_host(value: Any) -> Any:
+        if isinstance(value, keras.Variable) or keras.ops.is_tensor(value):
+            return keras.ops.convert_to_numpy(value)
+        return value
+
+    return keras.tree.map_structure(to_host, result)
 
 
 def time_call(
@@ -94,15 +115,16 @@ def time_call(
         repeats: Timed repeats (1 to ``MAX_REPEATS``); the median over them is the result.
         number: Calls per repeat (1 to ``MAX_CALLS``); raise it for calls far below a millisecond.
         warmup: Untimed calls first (0 to ``MAX_REPEATS``).
-        device: A TensorFlow device string such as ``"/CPU:0"`` or ``"/GPU:0"`` to run under
-            (``tf.device``); ``None`` leaves placement to TensorFlow.
+        device: A device string such as ``"/CPU:0"`` or ``"/GPU:0"`` to run under (``tf.device``
+            on TensorFlow, ``keras.device`` on JAX and PyTorch, where ``"cpu:0"``, ``"gpu:0"``
+            are the usual spelling); ``None`` leaves placement to the backend.
 
     Returns:
         A ``Timing`` with seconds per call.
 
     Raises:
         TypeError: If ``fn`` is not callable or a count is not an int.
-        ValueError: If a count is out of range, or ``device`` names no device TensorFlow has.
+        ValueError: If a count is out of range, or ``device`` names no device the backend has.
 
     Example:
         >>> timing = time_call(time.sleep, 0.001, repeats=3)
@@ -145,7 +167,7 @@ def compare(
     Args:
         calls: Method name -> function of no arguments (close over the inputs).
         repeats: Rounds (1 to ``MAX_REPEATS``); each call's median is over them.
-        device: Device string to run under (as ``time_call``); ``None``: TensorFlow's choice.
+        device: Device string to run under (as ``time_call``); ``None``: the backend's choice.
         target: Seconds one round of a call should last (> 0, at most ``MAX_TARGET``).
 
     Returns:
@@ -181,16 +203,26 @@ def compare(
 
 
 def default_device() -> str:
-    """``"/GPU:0"`` when TensorFlow can place ops on a GPU, else ``"/CPU:0"``.
+    """The GPU when the running backend can place work on one, else the CPU, in its spelling.
 
-    It asks for the logical devices, where ops run: under the GPU stand-in
-    (``companion.devices``) a GPU is listed but every op runs on the CPU, and so do the timings.
+    TensorFlow: ``"/GPU:0"`` or ``"/CPU:0"``. It asks for the logical devices, where ops run:
+    under the GPU stand-in (``companion.devices``) a GPU is listed but every op runs on the CPU,
+    and so do the timings. JAX and PyTorch: ``"gpu:0"`` or ``"cpu:0"`` (``keras.device``'s form).
+
+    Example:
+        >>> default_device() in ("/GPU:0", "/CPU:0", "gpu:0", "cpu:0")
+        True
 
     Taught in chapter 12, "The device and the sizes".
     """
-    import tensorflow as tf
+    from companion._backend import backend
 
-    return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
+    devices = _DEVICE_LISTS[backend()]()
+    return (
+        _GPU_NAMES[backend()]
+        if any(d.startswith("gpu") for d in devices)
+        else _CPU_NAMES[backend()]
+    )
 
 
 def _timing(times: list[float], number: int, device: str | None) -> Timing:
@@ -211,8 +243,71 @@ def _calls_per_round(call: Callable[[], Any], target: float) -> int:
     return max(1, min(1000, round(target / max(time.perf_counter() - start, 1e-9))))
 
 
-def _device_scope(device: str | None) -> Any:
-    """``tf.device(device)`` after checking that TensorFlow has that device; a no-op for None."""
+def _tensorflow_devices() -> list[str]:
+    """TensorFlow's logical devices as ``"gpu:0"``, ``"cpu:0"``."""
     import tensorflow as tf
 
-    return contextlib.nullcontext() if device is None else tf.device(check_device(device))
+    return [
+        f"{d.device_type.lower()}:{d.name.rsplit(':', 1)[1]}"
+        for d in tf.config.list_logical_devices()
+    ]
+
+
+def _jax_devices() -> list[str]:
+    """JAX's devices, with the CPU always among them (``keras.device`` can place on it)."""
+    import jax
+
+    devices = [f"{d.platform}:{d.id}" for d in jax.devices()]
+    return devices + [f"cpu:{d.id}" for d in jax.devices("cpu") if f"cpu:{d.id}" not in devices]
+
+
+def _torch_devices() -> list[str]:
+    """The CPU, and each CUDA GPU torch sees as ``"gpu:i"`` (Keras's name for ``"cuda:i"``)."""
+    import torch
+
+    return ["cpu:0"] + [f"gpu:{i}" for i in range(torch.cuda.device_count())]
+
+
+#: How each backend lists its devices, and spells the default GPU and CPU.
+_DEVICE_LISTS = {"tensorflow": _tensorflow_devices, "jax": _jax_devices, "torch": _torch_devices}
+_GPU_NAMES = {"tensorflow": "/GPU:0", "jax": "gpu:0", "torch": "gpu:0"}
+_CPU_NAMES = {"tensorflow": "/CPU:0", "jax": "cpu:0", "torch": "cpu:0"}
+
+
+def _device_scope(device: str | None) -> Any:
+    """A scope that places work on ``device`` after checking the backend has it; no-op for None.
+
+    TensorFlow: ``tf.device``. JAX and PyTorch: ``keras.device``, with ``"/CPU:0"`` read as
+    ``"cpu:0"`` and ``"cuda"`` as ``"gpu"``, so one device string serves every backend.
+    """
+    from companion._backend import backend
+
+    if device is None:
+        return contextlib.nullcontext()
+    if backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.device(check_device(device))
+    import keras
+
+    return keras.device(_keras_device(device, _DEVICE_LISTS[backend()]()))
+
+
+def _keras_device(device: Any, known: list[str]) -> str:
+    """``device`` as ``keras.device`` spells it (``"gpu:0"``), if it is one of ``known``."""
+    from companion._backend import BACKEND_NAMES, backend
+
+    check_str(device, "device", "a device string such as '/CPU:0'")
+    spelled = device.lower().lstrip("/").replace("cuda", "gpu")
+    kind, _, index = spelled.partition(":")
+    if kind not in ("cpu", "gpu", "tpu") or not (index == "" or index.isdigit()):
+        raise ValueError(
+            f"device: expected a device string such as '/GPU:0', got {describe(device)}"
+        )
+    matches = [d for d in known if d.split(":")[0] == kind and index in ("", d.split(":")[1])]
+    if not matches:
+        raise ValueError(
+            f"device: expected one of the devices {BACKEND_NAMES[backend()]} has, {known}, "
+            f"got {describe(device)}"
+        )
+    return matches[0]
