@@ -22,6 +22,9 @@ import numpy as np
 #: The largest seed every random API here takes (NumPy's and TensorFlow's both take 32 bits).
 MAX_SEED = 2**32 - 1
 
+#: The floating dtypes, as ``keras.backend.standardize_dtype`` names them on every backend.
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
 
 def shorten(text: str, limit: int = 60) -> str:
     """``text`` cut to at most ``limit`` characters, ending in ``...`` when cut (the one place a
@@ -368,25 +371,27 @@ def check_bool(value: Any, name: str) -> bool:
 
 
 def float_tensor(value: Any, name: str) -> Any:
-    """Convert ``value`` to a tensor and insist on a floating-point dtype.
+    """Convert ``value`` to a tensor of the running Keras backend and insist on a floating dtype.
 
     Keras 3 weights (``keras.Variable``, what ``add_weight`` returns) convert like any tensor.
+    Works on every backend (``keras.ops.convert_to_tensor``).
 
     Raises:
         TypeError: Naming ``name``, if ``value`` is not convertible or not floating point.
     """
-    import tensorflow as tf
+    import keras
 
     try:
-        tensor = tf.convert_to_tensor(value)
-    except (TypeError, ValueError) as error:
+        tensor = keras.ops.convert_to_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as error:
         raise TypeError(
             f"{name}: expected a floating-point tensor, got {describe(value)}"
         ) from error
-    if not tensor.dtype.is_floating:
+    dtype = keras.backend.standardize_dtype(tensor.dtype)
+    if dtype not in FLOAT_DTYPES:
         raise TypeError(
             f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64),"
-            f" got dtype {tensor.dtype.name}; cast it first, e.g. tf.cast({name}, tf.float32)"
+            f' got dtype {dtype}; cast it first, e.g. keras.ops.cast({name}, "float32")'
         )
     return tensor
 

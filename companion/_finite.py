@@ -2,8 +2,11 @@
 
 ``has_nonfinite`` answers in Python for values already computed (a loss, weights, gradients,
 a layer's output); ``nonfinite_flag`` answers with a tensor, for a compiled training step that
-must decide without leaving the graph. Both take a tensor, an array, a variable or any nest of
-them (``None`` leaves skipped) and look only at floating-point leaves.
+must decide without leaving the graph. Both work on every Keras backend, take a tensor, an
+array, a variable or any nest of them (``None`` leaves skipped) and look only at floating-point
+leaves.
+
+Backends: TensorFlow, JAX, PyTorch.
 """
 
 from __future__ import annotations
@@ -13,20 +16,26 @@ from typing import Any
 
 import numpy as np
 
+from companion._checks import FLOAT_DTYPES
+
 
 def _is_floating(dtype: Any) -> bool:
-    """True for a floating dtype: NumPy's, TensorFlow's or its name (bfloat16 included, which
+    """True for a floating dtype of any backend, NumPy's or its name (bfloat16 included, which
     NumPy does not count as floating)."""
-    import tensorflow as tf
+    import keras
 
-    return tf.as_dtype(getattr(dtype, "name", dtype)).is_floating
+    try:
+        name = keras.backend.standardize_dtype(getattr(dtype, "name", dtype))
+    except ValueError:  # not a dtype Keras knows (a string, an object)
+        return False
+    return name in FLOAT_DTYPES
 
 
 def _float_leaves(structure: Any) -> list[Any]:
-    import tensorflow as tf
+    import keras
 
     leaves = []
-    for leaf in tf.nest.flatten(structure):
+    for leaf in keras.tree.flatten(structure):
         if leaf is None:
             continue
         dtype = getattr(leaf, "dtype", None)
@@ -43,17 +52,31 @@ def has_nonfinite(structure: Any) -> bool:
         if isinstance(leaf, float):
             if not math.isfinite(leaf):
                 return True
-        elif not np.isfinite(np.asarray(leaf, dtype="float64")).all():
+        elif not np.isfinite(_float64_array(leaf)).all():
             return True
     return False
 
 
-def nonfinite_flag(structure: Any) -> Any:
-    """A float32 tensor: 1.0 if any floating-point leaf holds NaN or ±inf, else 0.0 (graph-safe)."""
-    import tensorflow as tf
+def _float64_array(leaf: Any) -> np.ndarray:
+    """``leaf``'s values as a float64 array; through Keras for what NumPy cannot read itself (a
+    torch tensor that requires grad or lives on a GPU)."""
+    try:
+        return np.asarray(leaf, dtype="float64")
+    except NotImplementedError:  # a symbolic tensor has no values to read, through Keras neither
+        raise
+    except (TypeError, RuntimeError):
+        import keras
 
-    leaves = [tf.convert_to_tensor(leaf) for leaf in _float_leaves(structure)]
+        return keras.ops.convert_to_numpy(leaf).astype("float64")
+
+
+def nonfinite_flag(structure: Any) -> Any:
+    """A float32 tensor: 1.0 if any floating-point leaf holds NaN or ±inf, else 0.0 (safe inside a
+    compiled step: ``tf.function``, ``jax.jit``)."""
+    from keras import ops
+
+    leaves = [ops.convert_to_tensor(leaf) for leaf in _float_leaves(structure)]
     if not leaves:
-        return tf.constant(0.0)
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(leaf)) for leaf in leaves])
-    return 1.0 - tf.cast(finite, tf.float32)
+        return ops.zeros((), "float32")
+    finite = ops.all(ops.stack([ops.all(ops.isfinite(leaf)) for leaf in leaves]))
+    return 1.0 - ops.cast(finite, "float32")
