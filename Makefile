@@ -1,15 +1,19 @@
 # White-Box TensorFlow. `make book` and `make test` create .venv on first use;
-# `make test-colab` creates .venv-colab (the versions Colab ships, requirements-colab.txt).
+# `make test-colab` creates .venv-colab (the versions Colab ships, requirements-colab.txt);
+# `make test-backends` creates .venv-backends (Keras on JAX and PyTorch, no TensorFlow).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NOTEBOOKS := $(wildcard book/*.ipynb)
 PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env --nbval-sanitize-with book/_nbval_sanitize.cfg
-# tests/ has three kinds, a folder each: unit/ (the companion, module by module), suites/ (every
-# module at once: bad inputs, conformance, GPU paths, layering, docstrings) and book/ (sources/:
-# notebooks, intro, tools; html/: the built pages, after `book`; pdf/: the PDF, `make test-pdf`).
-UNIT_TESTS := tests/unit tests/suites tests/book/sources
+# tests/ has four kinds, a folder each: unit/ (the companion, module by module), portable/ (the
+# companion's portable pieces, on whichever Keras backend runs: TensorFlow here, JAX and PyTorch
+# in `make test-backends`), suites/ (every module at once: bad inputs, conformance, GPU paths,
+# layering, docstrings) and book/ (sources/: notebooks, intro, tools; html/: the built pages,
+# after `book`; pdf/: the PDF, `make test-pdf`).
+UNIT_TESTS := tests/unit tests/portable tests/suites tests/book/sources
+PORTABLE_TESTS := tests/portable
 SITE_TESTS := tests/book/html
 
 COLAB_STACK := requirements-colab.txt
@@ -19,6 +23,11 @@ COLAB_INSTALLED := $(COLAB_VENV)/.installed
 # Test tools only; the constraint keeps them from moving Colab's stack.
 COLAB_TOOLS := pytest pytest-xdist nbval nbclient ipykernel nbformat pyyaml
 COLAB_PYTHON ?= $(shell tools/find_python.sh $(shell sed -n 's/^# python: *//p' $(COLAB_STACK)))
+
+BACKENDS_STACK := requirements-backends.txt
+BACKENDS_VENV := .venv-backends
+BACKENDS_BIN := $(BACKENDS_VENV)/bin
+BACKENDS_INSTALLED := $(BACKENDS_VENV)/.installed
 
 # TensorFlow logs a few C++ lines before absl's logging is set up (dated "0000 00:00"), which
 # TF_CPP_MIN_LOG_LEVEL does not reach: "All log messages before absl::InitializeLog()", oneDNN, no
@@ -34,7 +43,7 @@ quiet_tf = { $(1) 2>&1 1>&3 | sed -E '$(TF_EARLY_LOG)' >&2; } 3>&1
 # bad-input, conformance and GPU-path suites (tools/chapter_tests.py says which).
 CHAPTER_TESTS = $(if $(NB),$(shell python3 tools/chapter_tests.py $(NB)))
 
-.PHONY: help venv book pdf pdf-tools test-pdf lint chromium test unit notebooks notebooks-gpu soak soak-colab check test-colab bench kernels check-template stamp execute clean
+.PHONY: help venv book pdf pdf-tools test-pdf lint chromium test unit notebooks notebooks-gpu soak soak-colab check test-colab test-backends bench kernels check-template stamp execute clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
@@ -42,6 +51,7 @@ help:
 	@echo "make test-pdf    make pdf, then check the PDF (tests/book/pdf/)"
 	@echo "make test        unit tests + docstring examples + every notebook under nbval + strict book build"
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
+	@echo "make test-backends  the portable tests under JAX and PyTorch, TensorFlow not installed"
 	@echo "make notebooks-gpu  notebooks on Colab's stack under the GPU stand-in (NB=... for one)"
 	@echo "make soak        hunt flaky cells: every notebook 3 times (3 hash seeds, the last beside a busy CPU)"
 	@echo "make soak-colab  the same on Colab's stack under the GPU stand-in"
@@ -154,6 +164,25 @@ test-colab: $(COLAB_INSTALLED)
 	cd book && $(call quiet_tf,TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB_BIN)/python -m companion.kernels)
 	$(COLAB_BIN)/pytest -n 2 --dist worksteal --import-mode=importlib --doctest-modules $(UNIT_TESTS) --pyargs companion
 	$(STAND_IN)=1 $(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib $(PYTEST_NOTEBOOK_FLAGS) book
+
+# Keras on JAX and on PyTorch, TensorFlow not installed (a JAX or PyTorch user's `pip install
+# keras jax`): tests/portable/ (with chapter 14's table, tests/portable/test_backends.py) once per
+# backend, in its own process (Keras fixes its backend at import). PyTorch gets one thread: its
+# default pool on 2 shared cores makes a training step about 15 times slower (chapter 14).
+$(BACKENDS_INSTALLED): $(BACKENDS_STACK) requirements.txt pyproject.toml
+	test -x $(BACKENDS_BIN)/python || $(PYTHON) -m venv $(BACKENDS_VENV)
+	$(BACKENDS_BIN)/python -m pip install -q --upgrade pip
+	$(BACKENDS_BIN)/python -m pip install -q -r $(BACKENDS_STACK)
+	$(BACKENDS_BIN)/python -m pip install -q --no-deps -e .
+	$(BACKENDS_BIN)/python -c "import importlib.util as u; assert not u.find_spec('tensorflow'), 'TensorFlow is installed'"
+	touch $@
+
+test-backends: $(BACKENDS_INSTALLED)
+	for backend in jax torch; do \
+	  echo "KERAS_BACKEND=$$backend"; \
+	  KERAS_BACKEND=$$backend OMP_NUM_THREADS=1 $(BACKENDS_BIN)/python -m pytest -n 2 \
+	    --dist worksteal $(PORTABLE_TESTS) || exit 1; \
+	done
 
 # `make notebooks-gpu`: every notebook (or NB=...) on Colab's stack under the GPU stand-in.
 notebooks-gpu: $(COLAB_INSTALLED)

@@ -35,6 +35,8 @@ PACKAGES = (
     "numpy",
     "opencv-python-headless",
     "matplotlib",
+    "jax",
+    "torch",
 )
 
 FREEZE_PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s;#]+)")
@@ -83,7 +85,12 @@ def render(copy: Path = COPY) -> str:
         "# do not edit; run `python tools/colab_stack.py --update DIR` when Colab upgrades.",
         f"# python: {python}",
     ]
-    lines += [f"{name}=={pins[normalized(name)]}" for name in PACKAGES]
+    for name in PACKAGES:
+        pin = pins[normalized(name)]
+        public, _, local = pin.partition("+")
+        if local:  # e.g. torch 2.11.0+cu128, from PyTorch's own index; PyPI has 2.11.0
+            lines.append(f"# Colab has {name} {pin} (a local build); PyPI's release is {public}")
+        lines.append(f"{name}=={public}")
     return "\n".join(lines) + "\n"
 
 

@@ -53,3 +53,11 @@ def test_a_list_without_one_of_the_books_packages_is_refused(copy):
     freeze.write_text(re.sub(r"(?m)^tf_keras==.*\n", "", freeze.read_text()))
     with pytest.raises(ValueError, match=r"^Colab's pip-freeze.gpu.txt lists no tf-keras$"):
         colab_stack.render(copy)
+
+
+def test_a_local_build_is_pinned_as_its_pypi_release(copy):
+    freeze = copy / "pip-freeze.gpu.txt"
+    freeze.write_text(re.sub(r"(?m)^torch==.*$", "torch==2.12.1+cu130", freeze.read_text()))
+    rendered = colab_stack.render(copy)
+    assert "\ntorch==2.12.1\n" in rendered and "torch==2.12.1+" not in rendered
+    assert "# Colab has torch 2.12.1+cu130 (a local build); PyPI's release is 2.12.1\n" in rendered
