@@ -19,6 +19,8 @@ DIFFICULTY = "(★☆☆|★★☆|★★★)"
 PACKAGES = [
     ("TensorFlow", "tensorflow"),
     ("Keras", "keras"),
+    ("JAX", "jax"),
+    ("PyTorch", "torch"),
     ("NumPy", "numpy"),
     ("OpenCV", "opencv-python-headless"),
 ]
@@ -225,7 +227,7 @@ def test_the_testing_page_states_both_tested_stacks():
     )
     stacks = {
         "pinned": [
-            (name, _pinned("requirements.txt", package, ">=")) for name, package in PACKAGES
+            (name, _pinned("requirements.txt", package, "(?:>=|==)")) for name, package in PACKAGES
         ],
         "Colab": [
             (name, _pinned("requirements-colab.txt", package, "==")) for name, package in PACKAGES
