@@ -1,0 +1,117 @@
+"""Bad inputs for ``companion.backends``: the runner, the table, the steps and the extension."""
+
+import numpy as np
+from helpers.badinput import Bool, Callable_, Case, Int, Kind, Real, Seq, Str
+from suites.bad_inputs.cluster import ENV
+
+from companion._subprocess import MAX_TIMEOUT
+from companion.backends import (
+    BACKENDS,
+    ROWS,
+    changed_cells,
+    compare_step_speed,
+    gradient,
+    portability_table,
+    probe_column,
+    run_on_backend,
+    step_losses,
+    torch_blur,
+    train_by_hand,
+)
+
+
+def _backend_value():
+    return "tensorflow"
+
+
+DEF_FUNCTION = Kind(
+    "a def function",
+    lambda v: type(v).__name__ == "function",
+    extra_bad=(print, len),
+)
+BACKEND_LIST = Seq(Str(*BACKENDS))
+
+IMAGES = [[[[0.5]]]]  # one 1x1 image, one channel
+
+CASES = [
+    Case(
+        "run_on_backend",
+        run_on_backend,
+        {"function": _backend_value, "backend": "jax", "timeout": 60.0, "env": None},
+        {
+            "function": DEF_FUNCTION,
+            "backend": Str(*BACKENDS),
+            "timeout": Real(above=0, maximum=MAX_TIMEOUT),
+            "env": ENV,
+        },
+    ),
+    Case(
+        "portability_table",
+        portability_table,
+        {"backends": ["jax"], "timeout": 60.0},
+        {"backends": BACKEND_LIST, "timeout": Real(above=0, maximum=MAX_TIMEOUT)},
+    ),
+    Case(
+        "probe_column",
+        probe_column,
+        {"folder": "/tmp", "rows": [next(iter(ROWS))]},
+        {"folder": Str(), "rows": Seq(Str(*ROWS)).or_none()},
+    ),
+    Case(
+        "changed_cells",
+        changed_cells,
+        {"columns": {}},
+        {
+            "columns": Kind(
+                "a dict by backend of dicts with 'cells'",
+                lambda v: (
+                    isinstance(v, dict)
+                    and all(
+                        b in BACKENDS and isinstance(c, dict) and isinstance(c.get("cells"), dict)
+                        for b, c in v.items()
+                    )
+                ),
+                extra_bad=({"jax": {}}, {"nope": {"cells": {}}}),
+            )
+        },
+    ),
+    Case(
+        "step_losses",
+        step_losses,
+        {"custom_step": True, "epochs": 1},
+        {"custom_step": Bool(), "epochs": Int(1)},
+    ),
+    Case("gradient", gradient, {"fn": abs, "x": [1.0]}, {"fn": Callable_()}),
+    Case(
+        "train_by_hand",
+        train_by_hand,
+        {"model": None, "x": [], "y": [], "batch_size": 16},
+        {"model": Kind("a compiled keras.Model", lambda v: False)},
+    ),
+    Case(
+        "torch_blur",
+        torch_blur,
+        {"images": IMAGES, "ksize": 1},
+        {
+            "images": Kind(
+                "a rank-4 NHWC array of numbers",
+                lambda v: np.asarray(v).ndim == 4 and np.issubdtype(np.asarray(v).dtype, np.number),
+            ),
+            "ksize": Kind(
+                "an odd int from 1 to 31",
+                lambda v: isinstance(v, int) and not isinstance(v, bool) and v in range(1, 32, 2),
+            ),
+        },
+    ),
+    Case(
+        "compare_step_speed",
+        compare_step_speed,
+        {"rounds": 1, "backends": ["jax"], "repeats": 1},
+        {"rounds": Int(1), "backends": BACKEND_LIST, "repeats": Int(1)},
+    ),
+]
+
+EXEMPT = {
+    "StepModel": "keras.Model's keyword arguments, checked by Keras",
+    "BackendRunError": "an exception: its message",
+}
