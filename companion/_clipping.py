@@ -1,22 +1,69 @@
 """Global-norm clipping of the gradients summed over the replicas, for every training step that
 clips: chapter 7's loop (``companion.training``), chapter 8's ``GuardedModel`` and chapter 9's
-``ClipGlobalNorm`` transform."""
+``ClipGlobalNorm`` transform.
+
+On TensorFlow the norm is that of the gradients summed over the ``tf.distribute`` replicas, and a
+sparse ``tf.IndexedSlices`` gradient stays sparse. On JAX and PyTorch one program runs (a
+``keras.distribution`` shards it, nothing is replicated), so the norm is computed in
+``keras.ops`` from the gradients as they are, with the same rule and dtypes.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 from companion._checks import check_clip_norm, check_sequence, float_tensor
 
 
+def _is_indexed_slices(value: Any) -> bool:
+    """Whether ``value`` is a sparse ``tf.IndexedSlices`` (only TensorFlow makes them)."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    return isinstance(value, tf.IndexedSlices)
+
+
 def _gradient(value: Any, name: str) -> Any:
-    """A gradient as the tape gives it: None, ``tf.IndexedSlices`` (kept sparse) or a tensor."""
-    if value is None or isinstance(value, tf.IndexedSlices):
+    """A gradient as the backend gives it: None, ``tf.IndexedSlices`` (kept sparse) or a tensor."""
+    if value is None or _is_indexed_slices(value):
         return value
     return float_tensor(value, name)
+
+
+def _clip_tf(gradients: list[Any], present: list[Any], clip_norm: float, loss_scale: Any) -> list:
+    """TensorFlow: the norm of the gradients summed over the replicas, IndexedSlices kept."""
+    import tensorflow as tf
+
+    summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, present)
+    # float64 gradients (a float64 model) in float64, the others in float32
+    dtype = tf.float64 if any(g.dtype == tf.float64 for g in summed) else tf.float32
+    norm = tf.linalg.global_norm([tf.cast(g, dtype) for g in summed])
+    relative = norm / tf.cast(loss_scale, dtype) / clip_norm
+    clipped, _ = tf.clip_by_global_norm(gradients, 1.0, use_norm=relative)
+    return clipped
+
+
+def _clip_ops(gradients: list[Any], present: list[Any], clip_norm: float, loss_scale: Any) -> list:
+    """JAX and PyTorch (one replica): ``tf.clip_by_global_norm``'s rule in ``keras.ops``."""
+    wide = any(ops.dtype(g) == "float64" for g in present)
+    dtype = "float64" if wide else "float32"
+    squares = [ops.sum(ops.square(ops.cast(g, dtype))) for g in present]
+    norm = ops.sqrt(sum(squares[1:], squares[0]))
+    relative = norm / ops.cast(loss_scale, dtype) / clip_norm
+    # min(1, 1 / relative), and NaN (through relative - relative) when the norm is not finite;
+    # a where, as ops.minimum on PyTorch computes float64 arguments in float32
+    scale = ops.where(relative > 1.0, 1.0 / relative, ops.ones((), dtype)) + (relative - relative)
+    return [None if g is None else g * ops.cast(scale, ops.dtype(g)) for g in gradients]
+
+
+_CLIPPERS = {"tensorflow": _clip_tf, "jax": _clip_ops, "torch": _clip_ops}
 
 
 def clip_by_global_norm(
@@ -33,7 +80,8 @@ def clip_by_global_norm(
     computes ``1 / clip_norm``, which float32 flushes to 0 above about 8.5e37 (every gradient
     zeroed), and a limit multiplied by the scale overflows. Non-finite gradients come out NaN.
     The norm is computed in float64 when a gradient is float64 (a float64 model), in float32
-    otherwise (float16 gradients too), and each gradient keeps its dtype.
+    otherwise (float16 gradients too), and each gradient keeps its dtype. On JAX and PyTorch
+    there is one replica: the same rule, computed in ``keras.ops``.
 
     Args:
         gradients: A list of gradient tensors, None for a variable without one.
@@ -48,7 +96,7 @@ def clip_by_global_norm(
         ValueError: If ``gradients`` is empty or ``clip_norm`` is out of range.
 
     Example:
-        >>> clipped = clip_by_global_norm([tf.constant([3.0, 4.0]), None], clip_norm=1.0)
+        >>> clipped = clip_by_global_norm([ops.array([3.0, 4.0]), None], clip_norm=1.0)
         >>> [round(float(v), 3) for v in clipped[0]], clipped[1]
         ([0.6, 0.8], None)
 
@@ -66,10 +114,4 @@ def clip_by_global_norm(
     present = [g for g in gradients if g is not None]
     if not present:
         return list(gradients)
-    summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, present)
-    # float64 gradients (a float64 model) in float64, the others in float32
-    dtype = tf.float64 if any(g.dtype == tf.float64 for g in summed) else tf.float32
-    norm = tf.linalg.global_norm([tf.cast(g, dtype) for g in summed])
-    relative = norm / tf.cast(loss_scale, dtype) / clip_norm
-    clipped, _ = tf.clip_by_global_norm(gradients, 1.0, use_norm=relative)
-    return clipped
+    return _CLIPPERS[keras.backend.backend()](list(gradients), present, clip_norm, loss_scale)

@@ -7,6 +7,13 @@
   ``steps_per_execution``, ``tf.distribute`` strategies, mixed precision and ``.keras`` files.
 - :class:`ExpectedCalibrationError`, a streaming ``keras.metrics.Metric``.
 - :func:`find_learning_rate`, a learning-rate range test written as a ``keras.callbacks.Callback``.
+
+``GuardedModel`` has a step per backend: TensorFlow's (``GradientTape``, ``tf.distribute``
+replicas), JAX's stateless ``train_step(state, data)`` (the skip a ``jnp.where`` over new and old
+state) and PyTorch's (``backward``, a Python ``if``). ``find_learning_rate`` takes a
+``tf.data.Dataset``, which Keras feeds to every backend (it needs the ``tensorflow`` package).
+
+Backends: TensorFlow, JAX, PyTorch.
 """
 
 import math
@@ -14,11 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 # Not exported by keras: the base of GuardedModel's functional form (see _init_functional).
 from keras.src.models.functional import Functional
 
+from companion._backend import TensorFlowRequired
 from companion._checks import (
     check_bool,
     check_clip_norm,
@@ -31,14 +39,9 @@ from companion._checks import (
     is_real,
 )
 from companion._clipping import clip_by_global_norm
-from companion._finite import nonfinite_flag
+from companion._finite import has_nonfinite, nonfinite_flag
 
-__all__ = [
-    "ExpectedCalibrationError",
-    "GuardedModel",
-    "LearningRateRange",
-    "find_learning_rate",
-]
+__all__ = ["ExpectedCalibrationError", "GuardedModel", "LearningRateRange", "find_learning_rate"]
 
 #: The most bins :class:`ExpectedCalibrationError` takes (each bin is three float32 counters).
 MAX_BINS = 100_000
@@ -46,26 +49,159 @@ MAX_BINS = 100_000
 MAX_RANGE_STEPS = 1_000_000
 
 
-def _replica_context() -> tf.distribute.ReplicaContext:
-    return tf.distribute.get_replica_context()
-
-
-def _apply_where(condition: tf.Tensor, optimizer: Any, gradients: list, variables: list) -> None:
+def _apply_where(condition: Any, optimizer: Any, gradients: list, variables: list) -> None:
     """``optimizer.apply(gradients, variables)`` on every replica where ``condition`` holds.
 
     ``condition`` must be the same on every replica. The branch runs in cross-replica context:
     a strategy refuses a ``tf.cond`` inside a replica whose branch calls ``merge_call``, and
     ``optimizer.apply`` does (Keras's ``LossScaleOptimizer`` takes the same route).
     """
+    import tensorflow as tf
 
-    def cross_replica(strategy: tf.distribute.Strategy, gradients: Any, condition: Any) -> None:
+    def cross_replica(strategy: Any, gradients: Any, condition: Any) -> None:
         def apply() -> None:
             strategy.extended.call_for_each_replica(optimizer.apply, args=(gradients, variables))
 
         first = strategy.experimental_local_results(condition)[0]
         tf.cond(first, apply, lambda: None)
 
-    _replica_context().merge_call(cross_replica, args=(gradients, condition))
+    tf.distribute.get_replica_context().merge_call(cross_replica, args=(gradients, condition))
+
+
+def _update_metrics(model: Any, x: Any, y: Any, y_pred: Any, weight: Any, loss: Any, replicas=1):
+    """Keras's updates of a step: the loss tracker (the loss of the whole batch: the replicas'
+    losses summed) and the compiled metrics."""
+    batch = ops.shape(keras.tree.flatten(x)[0])[0]
+    for metric in model.metrics:
+        if metric.name == "loss":
+            metric.update_state(loss * replicas, sample_weight=batch)
+    model.compute_metrics(x, y, y_pred, weight)
+
+
+def _loss_scaling(model: Any) -> bool:
+    return isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+
+
+def _train_step_tf(model: Any, data: Any) -> dict[str, Any]:
+    """TensorFlow: a ``GradientTape``, flags all-reduced over the replicas, ``tf.cond``."""
+    import tensorflow as tf
+
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    with tf.GradientTape() as tape:
+        y_pred = model(x, training=True)
+        loss = model.compute_loss(x, y, y_pred, sample_weight, training=True)
+        scaled = model.optimizer.scale_loss(loss)
+    variables = model.trainable_variables  # after the call, which builds a subclass
+    gradients = tape.gradient(scaled, variables)
+    context = tf.distribute.get_replica_context()
+    bad_loss, bad_gradients = tf.unstack(
+        context.all_reduce(
+            tf.distribute.ReduceOp.SUM,
+            tf.stack([nonfinite_flag(loss), nonfinite_flag(gradients)]),
+        )
+    )
+    if model.clip_norm is not None:
+        gradients = clip_by_global_norm(
+            gradients, model.clip_norm, model.optimizer.scale_loss(tf.constant(1.0))
+        )
+    step_ok = tf.equal(bad_loss + bad_gradients, 0.0)
+    # A loss-scale optimizer must see overflowing gradients: it lowers its scale then.
+    apply = tf.logical_and(tf.equal(bad_loss, 0.0), tf.logical_or(step_ok, _loss_scaling(model)))
+    _apply_where(apply, model.optimizer, gradients, variables)
+
+    def update_metrics() -> Any:
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        _update_metrics(model, x, y, y_pred, sample_weight, loss, replicas)
+        return tf.no_op()
+
+    tf.cond(step_ok, update_metrics, tf.no_op)
+    first_replica = tf.equal(context.replica_id_in_sync_group, 0)
+    model.skipped_steps.update_state(
+        tf.cast(tf.logical_and(first_replica, tf.logical_not(step_ok)), tf.float32)
+    )
+    return model.get_metrics_result()
+
+
+def _stateless(variables: list, values: list, update: Any) -> tuple[list, Any]:
+    """Run ``update()`` with ``variables`` holding ``values``: the values it leaves them with, and
+    what it returns."""
+    with keras.StatelessScope(state_mapping=list(zip(variables, values))) as scope:
+        result = update()
+    new = [scope.get_current_value(v) for v in variables]
+    return [old if value is None else value for value, old in zip(new, values)], result
+
+
+def _train_step_jax(model: Any, state: tuple, data: Any) -> tuple[dict[str, Any], tuple]:
+    """JAX: a stateless step; a skipped step returns the old state (a ``jnp.where`` per leaf)."""
+    import jax
+    import jax.numpy as jnp
+
+    trainable, non_trainable, optimizer_state, metrics_state = state
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    gradient_of = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
+    (_, (loss, y_pred, new_non_trainable, new_metrics)), gradients = gradient_of(
+        trainable, non_trainable, metrics_state, x, y, sample_weight,
+        training=True, optimizer_variables=optimizer_state,
+    )  # fmt: skip
+    bad_loss, bad_gradients = nonfinite_flag(loss), nonfinite_flag(gradients)
+    optimizer = model.optimizer
+    if model.clip_norm is not None:
+        _, loss_scale = _stateless(
+            optimizer.variables, optimizer_state, lambda: optimizer.scale_loss(ops.ones(()))
+        )
+        gradients = clip_by_global_norm(gradients, model.clip_norm, loss_scale)
+    new_trainable, new_optimizer = optimizer.stateless_apply(optimizer_state, gradients, trainable)
+    step_ok = bad_loss + bad_gradients == 0
+    apply = (bad_loss == 0) & (step_ok | _loss_scaling(model))
+
+    def keep(condition: Any, new: Any, old: Any) -> Any:
+        return jax.tree.map(lambda a, b: jnp.where(condition, a, b), new, old)
+
+    def count_skip() -> dict[str, Any]:
+        model.skipped_steps.update_state(1.0 - ops.cast(step_ok, "float32"))
+        return model.get_metrics_result()
+
+    variables = model.metrics_variables
+    updated, _ = _stateless(
+        variables, new_metrics, lambda: _update_metrics(model, x, y, y_pred, sample_weight, loss)
+    )
+    metrics_state, logs = _stateless(variables, keep(step_ok, updated, metrics_state), count_skip)
+    state = (
+        keep(apply, new_trainable, trainable),
+        keep(step_ok, new_non_trainable, non_trainable),
+        keep(apply, new_optimizer, optimizer_state),
+        metrics_state,
+    )
+    return logs, state
+
+
+def _train_step_torch(model: Any, data: Any) -> dict[str, Any]:
+    """PyTorch: eager, so the decision is a Python ``if`` on the flags."""
+    import torch
+
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    model.zero_grad()
+    y_pred = model(x, training=True)
+    loss = model.compute_loss(x, y, y_pred, sample_weight, training=True)
+    model.optimizer.scale_loss(loss).backward()
+    variables = model.trainable_variables
+    gradients = [v.value.grad for v in variables]
+    bad_loss, bad_gradients = has_nonfinite(loss), has_nonfinite(gradients)
+    if model.clip_norm is not None:
+        loss_scale = model.optimizer.scale_loss(ops.ones(()))
+        gradients = clip_by_global_norm(gradients, model.clip_norm, loss_scale)
+    step_ok = not (bad_loss or bad_gradients)
+    if not bad_loss and (step_ok or _loss_scaling(model)):
+        with torch.no_grad():
+            model.optimizer.apply(gradients, variables)
+    if step_ok:
+        _update_metrics(model, x, y, y_pred, sample_weight, loss)
+    model.skipped_steps.update_state(0.0 if step_ok else 1.0)
+    return model.get_metrics_result()
+
+
+#: GuardedModel's training step on each backend (JAX's takes and returns the state).
+_TRAIN_STEPS = {"tensorflow": _train_step_tf, "jax": _train_step_jax, "torch": _train_step_torch}
 
 
 @keras.saving.register_keras_serializable(package="companion")
@@ -128,47 +264,12 @@ class GuardedModel(keras.Model):
         self.clip_norm = clip_norm
         self.skipped_steps = keras.metrics.Sum(name="skipped_steps")
 
-    def train_step(self, data: Any) -> dict[str, Any]:
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(x, y, y_pred, sample_weight, training=True)
-            scaled = self.optimizer.scale_loss(loss)
-        variables = self.trainable_variables  # after the call, which builds a subclass
-        gradients = tape.gradient(scaled, variables)
-        loss_scaling = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        context = _replica_context()
-        bad_loss, bad_gradients = tf.unstack(
-            context.all_reduce(
-                tf.distribute.ReduceOp.SUM,
-                tf.stack([nonfinite_flag(loss), nonfinite_flag(gradients)]),
-            )
-        )
-        if self.clip_norm is not None:
-            gradients = clip_by_global_norm(
-                gradients, self.clip_norm, self.optimizer.scale_loss(tf.constant(1.0))
-            )
-        step_ok = tf.equal(bad_loss + bad_gradients, 0.0)
-        # A loss-scale optimizer must see overflowing gradients: it lowers its scale then.
-        apply = tf.logical_and(tf.equal(bad_loss, 0.0), tf.logical_or(step_ok, loss_scaling))
-        _apply_where(apply, self.optimizer, gradients, variables)
-        tf.cond(step_ok, lambda: self._update_metrics(x, y, y_pred, sample_weight, loss), tf.no_op)
-        first_replica = tf.equal(context.replica_id_in_sync_group, 0)
-        self.skipped_steps.update_state(
-            tf.cast(tf.logical_and(first_replica, tf.logical_not(step_ok)), tf.float32)
-        )
-        return self.get_metrics_result()
+    def train_step(self, *args: Any) -> Any:
+        """One guarded step: ``(data)`` on TensorFlow and PyTorch, ``(state, data)`` on JAX.
 
-    def _update_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any, loss: Any) -> Any:
-        """Keras's updates of a step: the loss tracker (the loss of the whole batch) and the
-        compiled metrics."""
-        batch = tf.shape(tf.nest.flatten(x)[0])[0]
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        for metric in self.metrics:
-            if metric.name == "loss":
-                metric.update_state(loss * replicas, sample_weight=batch)
-        self.compute_metrics(x, y, y_pred, sample_weight)
-        return tf.no_op()
+        Taught in chapter 8, "The companion's GuardedModel".
+        """
+        return _TRAIN_STEPS[keras.backend.backend()](self, *args)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "clip_norm": self.clip_norm}
@@ -191,11 +292,7 @@ def _functional_arguments(args: tuple, kwargs: dict) -> bool:
     return (
         len(args) == 2
         or (len(args) == 1 and "outputs" in kwargs)
-        or {
-            "inputs",
-            "outputs",
-        }
-        <= set(kwargs)
+        or {"inputs", "outputs"} <= set(kwargs)
     )
 
 
@@ -277,34 +374,31 @@ class ExpectedCalibrationError(keras.metrics.Metric):
 
         Taught in chapter 8, "The companion's metric: expected calibration error".
         """
-        y_pred = tf.cast(float_tensor(y_pred, "y_pred"), self.dtype)
-        if y_pred.shape.rank != 2:
+        y_pred = ops.cast(float_tensor(y_pred, "y_pred"), self.dtype)
+        if len(y_pred.shape) != 2:
             raise ValueError(
                 f"y_pred: expected probabilities of shape (batch, classes), got shape "
                 f"{tuple(y_pred.shape)}"
             )
-        y_true = tf.reshape(tf.cast(y_true, tf.int64), [-1])
-        confidence = tf.clip_by_value(tf.reduce_max(y_pred, axis=-1), 0.0, 1.0)
-        correct = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1), y_true), self.dtype)
-        weight = tf.ones_like(confidence)
+        y_true = ops.reshape(ops.cast(y_true, "int32"), (-1,))
+        confidence = ops.clip(ops.max(y_pred, axis=-1), 0.0, 1.0)
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        correct = ops.cast(ops.equal(predicted, y_true), self.dtype)
+        weight = ops.ones_like(confidence)
         if sample_weight is not None:
-            weight = tf.reshape(tf.cast(sample_weight, self.dtype), [-1]) * weight
-        bins = tf.minimum(tf.cast(confidence * self.num_bins, tf.int32), self.num_bins - 1)
+            weight = ops.reshape(ops.cast(sample_weight, self.dtype), (-1,)) * weight
+        bins = ops.minimum(ops.cast(confidence * self.num_bins, "int32"), self.num_bins - 1)
         for key, value in (
             ("weight", weight),
             ("correct", weight * correct),
             ("confidence", weight * confidence),
         ):
             total = self.totals[key]
-            total.assign_add(tf.math.unsorted_segment_sum(value, bins, self.num_bins))
+            total.assign_add(ops.segment_sum(value, bins, num_segments=self.num_bins))
 
-    def result(self) -> tf.Tensor:
-        gaps = tf.abs(self.totals["correct"] - self.totals["confidence"])
-        return tf.math.divide_no_nan(tf.reduce_sum(gaps), tf.reduce_sum(self.totals["weight"]))
-
-    def reset_state(self) -> None:
-        for total in self.totals.values():
-            total.assign(tf.zeros_like(total))
+    def result(self) -> Any:
+        gaps = ops.abs(self.totals["correct"] - self.totals["confidence"])
+        return ops.divide_no_nan(ops.sum(gaps), ops.sum(self.totals["weight"]))
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "num_bins": self.num_bins}
@@ -401,9 +495,22 @@ class _RangeTest(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def _dataset_class() -> type:
+    """``tf.data.Dataset``, which Keras feeds to every backend; without TensorFlow installed,
+    the project's error."""
+    try:
+        import tensorflow as tf
+    except ImportError as error:
+        raise TensorFlowRequired(
+            "companion.fitting.find_learning_rate needs the tensorflow package for its "
+            "tf.data.Dataset (it runs on every Keras backend): pip install tensorflow-cpu"
+        ) from error
+    return tf.data.Dataset
+
+
 def find_learning_rate(
     model: keras.Model,
-    dataset: tf.data.Dataset,
+    dataset: Any,
     *,
     min_lr: float = 1e-6,
     max_lr: float = 1.0,
@@ -437,7 +544,7 @@ def find_learning_rate(
     Taught in chapter 8, "A learning-rate range test".
     """
     check_instance(model, "model", keras.Model, "a keras.Model")
-    check_instance(dataset, "dataset", tf.data.Dataset, "a tf.data.Dataset")
+    check_instance(dataset, "dataset", _dataset_class(), "a tf.data.Dataset")
     min_lr = check_real(min_lr, "min_lr", above=0, dtype="float32")
     max_lr = check_real(max_lr, "max_lr", above=min_lr, dtype="float32")
     steps = check_int(steps, "steps", minimum=2, maximum=MAX_RANGE_STEPS)
@@ -453,7 +560,7 @@ def find_learning_rate(
         )
     if not optimizer.built:
         optimizer.build(model.trainable_variables)
-    saved = [v.numpy() for v in model.variables + optimizer.variables]
+    saved = [ops.convert_to_numpy(v) for v in model.variables + optimizer.variables]
     rates = [min_lr * (max_lr / min_lr) ** (i / (steps - 1)) for i in range(steps)]
     test = _RangeTest(rates, divergence=4.0)
     # Keras calls batch hooks once per execution: one step per execution for the test, so that

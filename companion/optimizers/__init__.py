@@ -16,6 +16,8 @@ override ``apply``, the one method that both ``model.fit`` and a custom loop
 (``apply_gradients``) go through, as ``keras.optimizers.LossScaleOptimizer`` does. Every class is
 registered serializable, so ``.keras`` files that use them load in any process that has imported
 this module.
+
+Backends: TensorFlow, JAX, PyTorch.
 """
 
 from companion.optimizers._adamw import DEFAULT_EXCLUDE as DEFAULT_EXCLUDE

@@ -1,4 +1,7 @@
-"""AdamW written out on the Keras 3 optimizer API, and the learning-rate checks it makes."""
+"""AdamW written out on the Keras 3 optimizer API, and the learning-rate checks it makes.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from companion._checks import (
@@ -39,18 +41,23 @@ def _check_learning_rate(value: Any) -> Any:
     return check_real(value, "learning_rate", minimum=0, dtype="float32")
 
 
-def _finite_learning_rate(learning_rate: tf.Tensor) -> tf.Tensor:
+def _finite_learning_rate(learning_rate: Any) -> Any:
     """``learning_rate`` (cast to a variable's dtype) if finite; NaN or inf stops the step, clearly.
 
-    Under XLA (where the check is compiled away) a non-finite rate is replaced by 0, so the
-    step leaves the weights as they were instead of making them NaN.
+    On TensorFlow ``tf.debugging.check_numerics`` raises naming the learning rate. Where no such
+    check can run (under XLA, where it is compiled away; in JAX's traced step; on PyTorch, for
+    the same code on every backend) a non-finite rate is replaced by 0, so the step leaves the
+    weights as they were instead of making them NaN.
     """
-    lr = tf.debugging.check_numerics(
-        learning_rate,
-        "learning_rate: expected a finite number from the optimizer's learning rate or schedule, "
-        "got NaN or inf; the step was not applied",
-    )
-    return tf.where(tf.math.is_finite(lr), lr, tf.zeros_like(lr))
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        learning_rate = tf.debugging.check_numerics(
+            learning_rate,
+            "learning_rate: expected a finite number from the optimizer's learning rate or "
+            "schedule, got NaN or inf; the step was not applied",
+        )
+    return ops.where(ops.isfinite(learning_rate), learning_rate, ops.zeros_like(learning_rate))
 
 
 @register
@@ -81,8 +88,8 @@ class AdamW(keras.optimizers.Optimizer):
             ``keras.optimizers.schedules.LearningRateSchedule`` or a callable. A rate that is NaN
             or infinite at some step (a schedule gone wrong, ``optimizer.learning_rate = nan``)
             stops that step with ``tf.errors.InvalidArgumentError`` naming ``learning_rate``,
-            before any weight changes; under XLA, where that check is compiled away, the step
-            leaves the weights unchanged instead.
+            before any weight changes; under XLA, where that check is compiled away, and on JAX
+            and PyTorch, the step leaves the weights unchanged instead.
         beta_1: Decay rate of the first-moment average, in [0, 1).
         beta_2: Decay rate of the second-moment average, in [0, 1).
         epsilon: Added to the denominator (> 0: at least float32's smallest normal number, so

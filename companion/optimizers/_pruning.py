@@ -1,4 +1,7 @@
-"""Magnitude pruning: a sparsity schedule, a sparsity measure, and the callback that prunes."""
+"""Magnitude pruning: a sparsity schedule, a sparsity measure, and the callback that prunes.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from companion._checks import (
@@ -89,7 +91,7 @@ def _weights_array(value: Any, name: str) -> np.ndarray:
     """``value`` (an array, tensor or variable) as a NumPy array of numbers or bools."""
     what = "an array, tensor or variable of numbers"
     try:
-        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        array = np.asarray(ops.convert_to_numpy(value) if ops.is_tensor(value) else value)
     except ValueError as error:  # a ragged nested list
         raise TypeError(f"{name}: expected {what}, got {describe(value)}") from error
     if array.dtype.kind not in "biuf":  # str, bytes, None, a dict
@@ -193,19 +195,19 @@ class MagnitudePruning(keras.callbacks.Callback):
         self.begin_step, self.end_step = _check_steps(begin_step, end_step)
         self.frequency = check_int(frequency, "frequency", minimum=1)
         self.include = check_words(include, "include", min_length=1)
-        self.step, self.masks = 0, {}
+        self.step, self.masks, self._checked = 0, {}, False
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self.pruned = [v for v in self.model.trainable_weights if selects(v, self.include)]
         if not self.pruned:
             raise ValueError(
                 f"include: expected parts of the names or paths of the model's variables,"
                 f" got {describe(self.include)}"
             )
+        self._checked = True
         self._apply_masks()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        if not hasattr(self, "pruned"):
+        if not self._checked:
             self.on_train_begin()
         self.step += 1
         due = self.begin_step <= self.step <= self.end_step and (
@@ -222,14 +224,25 @@ class MagnitudePruning(keras.callbacks.Callback):
             )
         self._apply_masks()
 
+    @property
+    def pruned(self) -> list[Any]:
+        """The pruned variables, looked up through ``self.model`` at every use: on JAX, ``fit``
+        detaches the values from the model's variables during an epoch and only the ``model``
+        property puts them back (a variable kept from ``on_train_begin`` holds no value then).
+
+        Taught in chapter 9, "Pruning: masking the update is not pruning".
+        """
+        return [v for v in self.model.trainable_weights if selects(v, self.include)]
+
     def _update_masks(self, level: float) -> None:
         for variable in self.pruned:
-            magnitude = np.abs(variable.numpy()).ravel()
+            magnitude = np.abs(ops.convert_to_numpy(variable)).ravel()
             mask = np.ones(magnitude.size, variable.dtype)
             mask[np.argsort(magnitude, kind="stable")[: round(level * magnitude.size)]] = 0
-            self.masks[variable_path(variable)] = tf.constant(mask.reshape(variable.shape))
+            self.masks[variable_path(variable)] = mask.reshape(variable.shape)
 
     def _apply_masks(self) -> None:
         for variable in self.pruned:
-            if variable_path(variable) in self.masks:
-                variable.assign(variable * self.masks[variable_path(variable)])
+            mask = self.masks.get(variable_path(variable))
+            if mask is not None:
+                variable.assign(variable * ops.convert_to_tensor(mask, variable.dtype))

@@ -1,4 +1,7 @@
-"""Learning-rate schedules: linear warmup, then cosine decay."""
+"""Learning-rate schedules: linear warmup, then cosine decay.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""What the optimizer families share: Keras registration, the step limit, and which
-variables a list of words selects."""
+"""What the optimizer families share: Keras registration, the step limit, which variables a
+list of words selects, and how many replicas run in sync (1 off TensorFlow).
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from companion._checks import (
     check_sequence,
@@ -51,6 +53,12 @@ def check_words(words: Any, name: str, *, min_length: int = 0) -> tuple[str, ...
 
 
 def replicas_in_sync() -> int:
-    """How many replicas run this code in sync (1 outside ``strategy.run``, or with no strategy)."""
+    """How many replicas run this code in sync (1 outside ``strategy.run``, with no strategy, or
+    on JAX and PyTorch, where ``keras.distribution`` shards one program instead of replicating
+    the step)."""
+    if keras.backend.backend() != "tensorflow":
+        return 1
+    import tensorflow as tf
+
     context = tf.distribute.get_replica_context()
     return 1 if context is None else context.num_replicas_in_sync

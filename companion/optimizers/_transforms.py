@@ -1,4 +1,7 @@
-"""Gradient transforms: steps of a gradient pipeline that run before any optimizer."""
+"""Gradient transforms: steps of a gradient pipeline that run before any optimizer.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
 from companion._checks import (
     check_fraction,
@@ -86,12 +90,39 @@ class ClipGlobalNorm(GradientTransform):
         self.norm = optimizer.add_variable((), aggregation="only_first_replica", name="global_norm")
 
     def __call__(self, gradients: list[Any], variables: list[Any], step: Any) -> list[Any]:
-        norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in gradients if g is not None])
-        self.norm.assign(tf.cast(norm, self.norm.dtype))
+        squares = [ops.sum(ops.square(ops.cast(g, "float32"))) for g in gradients if g is not None]
+        self.norm.assign(ops.cast(ops.sqrt(sum(squares[1:], squares[0])), self.norm.dtype))
         return clip_by_global_norm(gradients, self.clip_norm, loss_scale=replicas_in_sync())
 
     def get_config(self) -> dict[str, Any]:
         return {"clip_norm": self.clip_norm}
+
+
+def _normal_tf(shape: tuple, seed: int, counter: Any, dtype: str) -> Any:
+    import tensorflow as tf
+
+    pair = tf.stack([tf.constant(seed, tf.int64), counter])
+    return tf.random.stateless_normal(shape, seed=pair, dtype=dtype)
+
+
+def _normal_jax(shape: tuple, seed: int, counter: Any, dtype: str) -> Any:
+    import jax
+
+    return jax.random.normal(jax.random.fold_in(jax.random.key(seed), counter), shape, dtype)
+
+
+def _normal_torch(shape: tuple, seed: int, counter: Any, dtype: str) -> Any:
+    # PyTorch runs eagerly: the counter is a number here. (torch.Generator keeps only 32 bits
+    # of its seed, so seeds and counters are mixed by NumPy's SeedSequence instead.)
+    rng = np.random.default_rng([seed, int(counter)])
+    return ops.convert_to_tensor(rng.standard_normal(tuple(shape)), dtype)
+
+
+#: A standard normal draw that is a function of (seed, counter) alone, on each backend (the three
+#: draw different numbers from the same pair). The counter is an int64 tensor on TensorFlow, an
+#: int32 one on JAX (its default integer width) and a number on PyTorch.
+_STATELESS_NORMAL = {"tensorflow": _normal_tf, "jax": _normal_jax, "torch": _normal_torch}
+_COUNTER_DTYPE = {"tensorflow": "int64", "jax": "int32", "torch": "int64"}
 
 
 @register
@@ -101,7 +132,9 @@ class GaussianNoise(GradientTransform):
     At optimizer step ``t`` the noise's standard deviation is ``stddev / (1 + t) ** (decay / 2)``
     (variance ``stddev**2 / (1 + t) ** decay``). The noise is a stateless function of ``seed``,
     ``t`` and the variable's position, so a run is reproducible, replicas agree, and training
-    resumed from a checkpoint draws the noise the uninterrupted run would have drawn.
+    resumed from a checkpoint draws the noise the uninterrupted run would have drawn. Each
+    backend draws it with its own generator (TensorFlow's ``stateless_normal``, JAX's
+    ``fold_in``, NumPy's generator on PyTorch), so the same seed gives different noise on each.
 
     Args:
         stddev: Standard deviation at step 0, in ``[0, MAX_NOISE_STDDEV]``: float32's largest
@@ -123,17 +156,16 @@ class GaussianNoise(GradientTransform):
         self.seed = check_seed(seed)
 
     def __call__(self, gradients: list[Any], variables: list[Any], step: Any) -> list[Any]:
-        step = tf.cast(step, tf.int64)
-        scale = self.stddev / tf.pow(1.0 + tf.cast(step, tf.float32), self.decay / 2)
+        scale = self.stddev / ops.power(1.0 + ops.cast(step, "float32"), self.decay / 2)
+        backend = keras.backend.backend()
+        draw = _STATELESS_NORMAL[backend]
         noisy = []
         for index, gradient in enumerate(gradients):
             if gradient is not None:
-                gradient = tf.convert_to_tensor(gradient)
-                seed = tf.stack([tf.constant(self.seed, tf.int64), step * len(gradients) + index])
-                noise = tf.random.stateless_normal(
-                    tf.shape(gradient), seed=seed, dtype=gradient.dtype
-                )
-                gradient = gradient + tf.cast(scale, gradient.dtype) * noise
+                gradient = ops.convert_to_tensor(gradient)
+                counter = ops.cast(step, _COUNTER_DTYPE[backend]) * len(gradients) + index
+                noise = draw(ops.shape(gradient), self.seed, counter, ops.dtype(gradient))
+                gradient = gradient + ops.cast(scale, ops.dtype(gradient)) * noise
             noisy.append(gradient)
         return noisy
 
@@ -166,15 +198,15 @@ class TopK(GradientTransform):
         sparse, kept, total = [], [], 0
         for gradient, variable in zip(gradients, variables):
             if gradient is not None:
-                magnitude = tf.abs(tf.convert_to_tensor(gradient))
+                magnitude = ops.abs(ops.convert_to_tensor(gradient))
                 size = math.prod(variable.shape)
                 k = max(1, math.ceil(self.fraction * size))
-                threshold = tf.math.top_k(tf.reshape(magnitude, [-1]), k).values[-1]
-                mask = tf.cast(magnitude >= threshold, magnitude.dtype)
+                threshold = ops.top_k(ops.reshape(magnitude, (-1,)), k)[0][-1]
+                mask = ops.cast(magnitude >= threshold, magnitude.dtype)
                 gradient, total = gradient * mask, total + size
-                kept.append(tf.reduce_sum(tf.cast(mask, tf.float32)))
+                kept.append(ops.sum(ops.cast(mask, "float32")))
             sparse.append(gradient)
-        self.kept.assign(tf.cast(tf.add_n(kept) / total, self.kept.dtype))
+        self.kept.assign(ops.cast(sum(kept[1:], kept[0]) / total, self.kept.dtype))
         return sparse
 
     def get_config(self) -> dict[str, Any]:

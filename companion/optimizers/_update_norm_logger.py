@@ -1,4 +1,7 @@
-"""A callback that puts a recording optimizer's update norms into each epoch's logs."""
+"""A callback that puts a recording optimizer's update norms into each epoch's logs.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 

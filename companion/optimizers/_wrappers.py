@@ -1,13 +1,21 @@
 """Optimizers that hold another optimizer and override ``apply``: a chain of gradient transforms
-in front of it, and Lookahead."""
+in front of it, and Lookahead.
+
+On TensorFlow they cooperate with ``tf.distribute`` (gradients summed over the replicas, one
+Lookahead sync across them); on JAX and PyTorch one program runs, and the same steps are written
+in ``keras.ops`` (Lookahead's every-``k``-steps sync as an ``ops.where``, which JAX's traced step
+needs).
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from companion._checks import (
@@ -20,6 +28,16 @@ from companion._checks import (
 )
 from companion.optimizers._shared import MAX_STEP, register, replicas_in_sync, variable_path
 from companion.optimizers._transforms import GradientTransform
+
+
+def _outside_traced_functions() -> Any:
+    """``tf.init_scope()`` on TensorFlow; nothing elsewhere (JAX builds before tracing its step,
+    PyTorch runs eagerly)."""
+    if keras.backend.backend() != "tensorflow":
+        return contextlib.nullcontext()
+    import tensorflow as tf
+
+    return tf.init_scope()
 
 
 class _Wrapper(keras.optimizers.Optimizer):
@@ -45,7 +63,7 @@ class _Wrapper(keras.optimizers.Optimizer):
         # Outside any function being traced: without a strategy, model.fit builds the optimizer
         # while tracing its first step, and XLA (compile's default on a GPU) cannot lift out a
         # variable whose initial value reads another variable, as Lookahead's slow copies do.
-        with tf.init_scope():
+        with _outside_traced_functions():
             self.inner_optimizer.build(variables)
             super().build(variables)
             self._build_own(list(variables))
@@ -199,16 +217,19 @@ class TransformGradients(_Wrapper):
             gradients = self._transform(gradients, variables)
             if scale is not None:
                 gradients = [g if g is None else g * scale for g in gradients]
-        before = [tf.identity(v.value) for v in variables] if self.record_update_norms else []
+        before = [ops.copy(v.value) for v in variables] if self.record_update_norms else []
         self.inner_optimizer.apply(gradients, variables)
         for old, variable in zip(before, variables):
-            norm = tf.norm(tf.cast(variable.value, tf.float32) - tf.cast(old, tf.float32))
+            change = ops.cast(variable.value, "float32") - ops.cast(old, "float32")
+            norm = ops.sqrt(ops.sum(ops.square(change)))
             self._norms[self._get_variable_index(variable)].assign(norm)
 
     def _transform(self, gradients: list[Any], variables: list[Any]) -> list[Any]:
         replicas = replicas_in_sync()
         present = [i for i, g in enumerate(gradients) if g is not None]
-        if replicas > 1:
+        if replicas > 1:  # only under a tf.distribute strategy
+            import tensorflow as tf
+
             summed = tf.distribute.get_replica_context().all_reduce(
                 tf.distribute.ReduceOp.SUM, [tf.convert_to_tensor(gradients[i]) for i in present]
             )
@@ -227,7 +248,7 @@ class TransformGradients(_Wrapper):
         Taught in chapter 9, "Chaining transforms and recording update norms".
         """
         return {
-            variable_path(v): float(n.numpy())
+            variable_path(v): float(ops.convert_to_numpy(n))
             for v, n in zip(self._trainable_variables, self._norms)
         }
 
@@ -250,8 +271,10 @@ class TransformGradients(_Wrapper):
 
 def _copy_of(variable: Any) -> Any:
     """An initializer returning ``variable``'s value when the new variable is initialized."""
-    return lambda shape, dtype=None: ops.cast(
-        ops.convert_to_tensor(variable), dtype or variable.dtype
+    # A copy: on PyTorch a cast to the same dtype returns the variable's own tensor, which the
+    # new variable would then share.
+    return lambda shape, dtype=None: ops.copy(
+        ops.cast(ops.convert_to_tensor(variable), dtype or variable.dtype)
     )
 
 
@@ -304,6 +327,26 @@ class Lookahead(_Wrapper):
 
     def _apply(self, gradients: list[Any], variables: list[Any]) -> None:
         self.inner_optimizer.apply(gradients, variables)
+        if keras.backend.backend() == "tensorflow":
+            self._sync_replicas(variables)
+        else:
+            self._sync_where(variables)
+
+    def _sync_where(self, variables: list[Any]) -> None:
+        """JAX and PyTorch: every ``k`` steps move the slow weights and reset the fast ones, as an
+        ``ops.where`` (a Python ``if`` on the step would not trace under ``jax.jit``)."""
+        due = ops.equal(self.iterations % self.sync_period, 0)
+        for fast in variables:
+            slow = self._slow[self._get_variable_index(fast)]
+            old, new = slow.value, fast.value
+            moved = ops.where(due, old + self.slow_step_size * (new - old), old)
+            slow.assign(moved)
+            fast.assign(ops.where(due, moved, new))
+
+    def _sync_replicas(self, variables: list[Any]) -> None:
+        """TensorFlow: sync once, across the replicas of a strategy if there is one."""
+        import tensorflow as tf
+
         context = tf.distribute.get_replica_context()
         if tf.distribute.has_strategy() and context is not None:
             # In a replica under a strategy (model.fit, strategy.run): sync once, across replicas.
@@ -311,9 +354,11 @@ class Lookahead(_Wrapper):
         else:  # no strategy, or already in cross-replica context
             self._sync(tf.distribute.get_strategy(), variables)
 
-    def _sync(self, strategy: tf.distribute.Strategy, variables: list[Any]) -> None:
+    def _sync(self, strategy: Any, variables: list[Any]) -> None:
         """In cross-replica context (``merge_call``, or no strategy): every ``k`` steps, move the
         slow weights and reset the fast ones."""
+        import tensorflow as tf
+
         alpha = self.slow_step_size
 
         def synchronize() -> tf.Tensor:

@@ -1,0 +1,178 @@
+"""``companion.fitting`` on the running backend: GuardedModel's step, the calibration metric, the
+range test and a ``.keras`` round trip in a fresh process."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from companion._backend import TensorFlowRequired
+from companion.fitting import ExpectedCalibrationError, GuardedModel, find_learning_rate
+from companion.notebook import run_python
+from companion.optimizers import AdamW, WarmupCosine
+
+BATCH = 16
+
+
+def classification_data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 8)).astype("float32")
+    return x, (x[:, 0] > 0).astype("int32") + (x[:, 1] > 0).astype("int32")
+
+
+def classifier(guarded, *, clip=1.0, optimizer=None):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8,))
+    outputs = keras.layers.Dense(3)(keras.layers.Dense(16, activation="relu")(inputs))
+    if guarded:
+        model = GuardedModel(inputs=inputs, outputs=outputs, clip_norm=clip)
+    else:
+        model = keras.Model(inputs, outputs)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer or keras.optimizers.Adam(0.05), loss, metrics=["accuracy"])
+    return model
+
+
+def weight_difference(first, second):
+    return max(
+        float(np.max(np.abs(a - b))) for a, b in zip(first.get_weights(), second.get_weights())
+    )
+
+
+def fitted(model, x, y):
+    return model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0).history
+
+
+def test_a_nan_batch_is_skipped_and_the_rest_clipped_as_global_clipnorm():
+    x, y = classification_data()
+    bad = x.copy()
+    bad[BATCH : 2 * BATCH] = np.nan  # the second of three batches
+    guarded = classifier(True)
+    history = fitted(guarded, bad, y)
+    kept = np.r_[0:BATCH, 2 * BATCH : 3 * BATCH]
+    reference = classifier(False, optimizer=keras.optimizers.Adam(0.05, global_clipnorm=1.0))
+    expected = fitted(reference, x[kept], y[kept])
+    # The same steps on the same batches: clip / max(norm, clip) against 1 / max(norm / clip, 1)
+    # agree to float32 rounding (measured 0.0 on every backend).
+    assert weight_difference(guarded, reference) < 1e-6
+    assert history["skipped_steps"] == [1.0]
+    assert history["loss"][0] == pytest.approx(expected["loss"][0], rel=1e-6)
+    assert history["accuracy"] == expected["accuracy"]
+    assert int(ops.convert_to_numpy(guarded.optimizer.iterations)) == 2
+
+
+def test_without_nan_and_clip_the_guarded_step_is_keras_own():
+    x, y = classification_data()
+    guarded, plain = classifier(True, clip=None), classifier(False)
+    history, expected = fitted(guarded, x, y), fitted(plain, x, y)
+    assert weight_difference(guarded, plain) < 1e-6
+    assert history["skipped_steps"] == [0.0]
+    assert history["loss"][0] == pytest.approx(expected["loss"][0], rel=1e-6)
+
+
+def test_a_subclassed_guarded_model_trains():
+    class TwoLayers(GuardedModel):
+        def __init__(self):
+            super().__init__(clip_norm=0.5)
+            self.hidden, self.out = keras.layers.Dense(8), keras.layers.Dense(1)
+
+        def call(self, inputs):
+            return self.out(self.hidden(inputs))
+
+    keras.utils.set_random_seed(0)
+    model = TwoLayers()
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    x, _ = classification_data()
+    history = model.fit(x, x[:, :1], batch_size=BATCH, epochs=2, verbose=0).history
+    assert history["skipped_steps"] == [0.0, 0.0] and history["loss"][1] < history["loss"][0]
+
+
+def numpy_ece(probabilities, labels, bins):
+    confidence = probabilities.max(axis=1)
+    which = np.minimum((confidence * bins).astype(int), bins - 1)
+    correct = probabilities.argmax(axis=1) == labels
+    gaps = [abs(correct[which == b].sum() - confidence[which == b].sum()) for b in range(bins)]
+    return sum(gaps) / len(labels)
+
+
+def test_the_calibration_error_of_the_docstring():
+    metric = ExpectedCalibrationError(num_bins=10)
+    metric.update_state([0, 1], [[0.9, 0.1], [0.7, 0.3]])
+    assert float(ops.convert_to_numpy(metric.result())) == pytest.approx(0.4, abs=1e-7)
+
+
+def test_the_calibration_error_as_a_compiled_metric_matches_numpy():
+    x, y = classification_data()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=[ExpectedCalibrationError(10)])
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    probabilities = model.predict(x, verbose=0)
+    logs = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
+    # float32 sums of 48 numbers below 1 against NumPy's float64: a few 1e-7
+    assert logs["expected_calibration_error"] == pytest.approx(
+        numpy_ece(probabilities, y, 10), abs=1e-6
+    )
+
+
+def test_find_learning_rate_takes_a_tf_data_dataset_on_every_backend():
+    try:
+        import tensorflow as tf
+    except ImportError:  # a JAX or PyTorch user without the tensorflow package
+        with pytest.raises(TensorFlowRequired, match="tf.data.Dataset"):
+            find_learning_rate(classifier(False), [1, 2])
+        return
+    x, y = classification_data()
+    model = classifier(False)
+    before = model.get_weights()
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    result = find_learning_rate(model, dataset, min_lr=1e-4, max_lr=10.0, steps=12)
+    assert len(result.losses) == len(result.learning_rates) >= 2
+    assert 1e-4 <= result.suggestion <= 10.0
+    assert weight_difference(model, classifier(False)) == 0.0  # the weights were put back
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+CHILD = """
+import json, sys
+import keras, numpy as np
+import companion.fitting, companion.optimizers
+model = keras.saving.load_model(sys.argv[1])
+x = np.load(sys.argv[2])
+print(json.dumps({
+    "backend": keras.backend.backend(),
+    "cls": type(model).__name__, "clip": model.clip_norm,
+    "optimizer": type(model.optimizer).__name__,
+    "schedule": type(model.optimizer._learning_rate).__name__,
+    "outputs": model.predict(x, verbose=0).tolist(),
+}))
+"""
+
+
+def test_a_keras_file_with_adamw_warmup_cosine_and_guarded_model_loads_in_a_fresh_process(
+    tmp_path,
+):
+    x, y = classification_data()
+    schedule = WarmupCosine(0.01, warmup_steps=2, decay_steps=4)
+    model = classifier(True, clip=0.5, optimizer=AdamW(schedule, weight_decay=0.01))
+    fitted(model, x, y)
+    path, inputs = tmp_path / "guarded.keras", tmp_path / "x.npy"
+    model.save(path)
+    np.save(inputs, x)
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    code = f"import runpy, sys; sys.argv = ['child', {str(path)!r}, {str(inputs)!r}]; "
+    code += f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    env = {"KERAS_BACKEND": keras.backend.backend(), "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
+    child = run_python(code, env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    loaded = json.loads(child.stdout.strip().splitlines()[-1])
+    assert loaded["backend"] == keras.backend.backend()
+    assert (loaded["cls"], loaded["clip"]) == ("GuardedModel", 0.5)
+    assert (loaded["optimizer"], loaded["schedule"]) == ("AdamW", "WarmupCosine")
+    # The same weights and the same backend: the same float32 computation.
+    np.testing.assert_allclose(loaded["outputs"], model.predict(x, verbose=0), rtol=0, atol=1e-6)
