@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from companion._backend import BACKENDS
-from companion._checks import check_choice, check_instance
+from companion._checks import check_choice, check_instance, check_sequence
 from companion._subprocess import check_timeout, child_environment
 from companion.cluster import worker_source
 from companion.notebook import run_python
@@ -22,6 +22,17 @@ BACKEND_ENV = {"tensorflow": {}, "jax": {}, "torch": {"OMP_NUM_THREADS": "1"}}
 RESULT_MARK = "== result of run_on_backend =="
 
 
+def check_helpers(helpers: object) -> tuple:
+    """``helpers`` as a tuple of def functions (a list or tuple of them, empty too)."""
+    return check_sequence(
+        helpers,
+        "helpers",
+        "a list of def functions",
+        item=lambda h, n: check_instance(h, n, types.FunctionType, "a def function"),
+        min_length=0,
+    )
+
+
 class BackendRunError(RuntimeError):
     """The child process of ``run_on_backend`` failed; the message ends with its traceback.
 
@@ -29,19 +40,22 @@ class BackendRunError(RuntimeError):
     """
 
 
-def _call_source(function: Callable[..., Any], args: tuple) -> str:
-    """The source that defines (or imports) ``function``, calls it and prints its result."""
+def _call_source(function: Callable[..., Any], args: tuple, helpers: Sequence) -> str:
+    """The source that defines (or imports) ``function`` after ``helpers``, calls it and prints
+    its result."""
     call = f"{function.__name__}(*json.loads({json.dumps(json.dumps(list(args)))}))"
     printing = f"import json\nprint({RESULT_MARK!r})\nprint(json.dumps({call}))\n"
     if function.__module__.startswith("companion.") and "<" not in function.__qualname__:
-        return f"from {function.__module__} import {function.__name__}\n{printing}"
-    return worker_source([function, printing])  # a notebook's or a script's: sent as source
+        importing = f"from {function.__module__} import {function.__name__}\n"
+        return worker_source([*helpers, importing + printing])
+    return worker_source([*helpers, function, printing])  # a notebook's: sent as source
 
 
 def run_on_backend(
     function: Callable[..., Any],
     backend: str,
     *args: Any,
+    helpers: Sequence[Callable[..., Any]] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 300.0,
 ) -> Any:
@@ -55,6 +69,8 @@ def run_on_backend(
         function: A ``def`` function; its arguments and result must be JSON-able.
         backend: ``"tensorflow"``, ``"jax"`` or ``"torch"``.
         *args: The arguments of the call.
+        helpers: ``def`` functions that ``function`` calls, sent as their source before it,
+            as ``cluster.run_workers`` sends a worker's helpers.
         env: Extra environment variables for the child, over ``BACKEND_ENV[backend]``.
         timeout: Seconds before the child is killed.
 
@@ -62,7 +78,8 @@ def run_on_backend(
         What ``function`` returned, after a JSON round trip (tuples come back as lists).
 
     Raises:
-        TypeError: If ``function`` is not a function or an argument is not JSON-able.
+        TypeError: If ``function`` or a helper is not a def function, or an argument is not
+            JSON-able.
         ValueError: If ``backend`` is not one of ``BACKENDS``.
         BackendRunError: If the child fails; the message ends with its traceback.
 
@@ -77,8 +94,9 @@ def run_on_backend(
     backend = check_choice(backend, "backend", BACKENDS)
     timeout = check_timeout(timeout)
     child_environment(env)  # checks env: a mapping of str to str, or None
+    helpers = check_helpers(helpers)
     try:
-        source = _call_source(function, args)
+        source = _call_source(function, args, helpers)
     except TypeError as error:
         raise TypeError(f"args: expected JSON-able arguments, got {args!r} ({error})") from None
     child_env = {**BACKEND_ENV[backend], **(env or {}), "KERAS_BACKEND": backend}

@@ -37,6 +37,18 @@ def test_a_local_function_is_sent_as_source_with_its_arguments():
     assert run_on_backend(answer_with_numpy, "torch", 5) == {"backend": "torch", "sum": 10.0}
 
 
+def doubled(n):
+    return 2 * n
+
+
+def uses_a_helper(n):
+    return doubled(n) + 1
+
+
+def test_helpers_are_sent_before_the_function():
+    assert run_on_backend(uses_a_helper, "jax", 4, helpers=[doubled]) == 9
+
+
 def test_a_failing_child_raises_with_its_traceback():
     with pytest.raises(BackendRunError, match=r"(?s)KERAS_BACKEND=jax.*this went wrong"):
         run_on_backend(fails_in_the_child, "jax")

@@ -37,9 +37,10 @@ CASES = [
     Case(
         "run_on_backend",
         run_on_backend,
-        {"function": _backend_value, "backend": "jax", "timeout": 60.0, "env": None},
+        {"function": _backend_value, "backend": "jax", "helpers": (), "timeout": 60.0, "env": None},
         {
             "function": DEF_FUNCTION,
+            "helpers": Seq(DEF_FUNCTION, min_length=0),
             "backend": Str(*BACKENDS),
             "timeout": Real(above=0, maximum=MAX_TIMEOUT),
             "env": ENV,
