@@ -382,7 +382,10 @@ def float_tensor(value: Any, name: str) -> Any:
     import keras
 
     try:
-        tensor = keras.ops.convert_to_tensor(value)
+        # A keras.Variable is read (on TensorFlow convert_to_tensor hands back the variable).
+        tensor = keras.ops.convert_to_tensor(
+            value.value if isinstance(value, keras.Variable) else value
+        )
     except (TypeError, ValueError, RuntimeError) as error:
         raise TypeError(
             f"{name}: expected a floating-point tensor, got {describe(value)}"

@@ -7,6 +7,8 @@ one per worker), as a cluster manager would on several machines.
 as it would on a real cluster, and a test can check what each worker ended with
 (``variables_digest`` prints a short fingerprint of a model's weights). When one worker fails or
 the time runs out, every worker is killed, with any process it started.
+
+Backends: TensorFlow, JAX, PyTorch.
 """
 
 from __future__ import annotations

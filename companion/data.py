@@ -3,6 +3,8 @@
 The label needs both inputs: the image tells which shape was drawn, the metadata tells
 which of two variants of that class it is. A model that sees only one input cannot beat
 50% accuracy, which makes the dataset a small, honest test of multi-input models.
+
+Backends: TensorFlow, JAX, PyTorch.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ where the chapters import them):
   share them (``setup()`` calls it).
 - ``split_cpu(devices)``: the CPU as several logical devices, ``tf.distribute`` replicas on one
   machine.
+
+Backends: TensorFlow, JAX, PyTorch, except ``enable_gpu_memory_growth``, ``split_cpu``,
+``simulated_gpu``, ``simulated_cpu_only`` and ``start_gpu_stand_in`` (TensorFlow only).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from companion._backend import require_tensorflow
 from companion._checks import check_instance, check_int
 
 __all__ = [
@@ -57,11 +61,36 @@ _NO_XLA_KERNEL = re.compile(r"No registered '(\w+)' OpKernel for XLA_(?:CPU|GPU)
 MAX_CPU_DEVICES = 256
 
 
+#: What JAX and PyTorch write instead of the TensorFlow-only device settings.
+_MEMORY_GROWTH_INSTEAD = {
+    "jax": "XLA_PYTHON_CLIENT_PREALLOCATE=false in the environment before JAX starts",
+    "torch": "nothing: PyTorch's caching allocator takes GPU memory as it needs it",
+}
+_SPLIT_CPU_INSTEAD = {
+    "jax": "XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts, then "
+    "keras.distribution.DataParallel",
+    "torch": "torch.distributed with the gloo backend, one process per replica",
+}
+_SIMULATED_GPU_INSTEAD = {
+    "jax": "jit_compile=True (JAX compiles with XLA on every device)",
+    "torch": "jit_compile=True for torch.compile; a CUDA machine for the GPU paths",
+}
+
+
 def gpu_available() -> bool:
-    """Return True when TensorFlow can see at least one GPU.
+    """Return True when the running Keras backend can see at least one GPU.
+
+    TensorFlow: a physical GPU (the GPU stand-in's counts); JAX and PyTorch: a GPU device
+    (``companion.timing.default_device``).
 
     Taught in chapter 1, "Ops: the atoms".
     """
+    from companion._backend import backend
+
+    if backend() != "tensorflow":
+        from companion.timing import default_device
+
+        return default_device() == "gpu:0"
     import tensorflow as tf
 
     return bool(tf.config.list_physical_devices("GPU"))
@@ -79,8 +108,12 @@ def enable_gpu_memory_growth() -> list[str]:
     Returns:
         The names of the GPUs now growing their memory (empty on a CPU-only runtime).
 
+    Raises:
+        TensorFlowRequired: Under another backend (naming what to set there instead).
+
     Taught in chapter 2, "What composing gives you for free".
     """
+    require_tensorflow("companion.devices.enable_gpu_memory_growth", _MEMORY_GROWTH_INSTEAD)
     import tensorflow as tf
 
     configured = []
@@ -112,10 +145,12 @@ def split_cpu(devices: int = 2) -> list[str]:
         ValueError: If ``devices`` is below 1 or above ``MAX_CPU_DEVICES``.
         RuntimeError: If TensorFlow has already started with another number of CPU devices
             (restart the kernel and call it earlier).
+        TensorFlowRequired: Under another backend (naming what to use there instead).
 
     Taught in chapter 7, "The same loop on two replicas: MirroredStrategy".
     """
     devices = check_int(devices, "devices", minimum=1, maximum=MAX_CPU_DEVICES)
+    require_tensorflow("companion.devices.split_cpu", _SPLIT_CPU_INSTEAD)
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -197,6 +232,7 @@ def simulated_gpu() -> contextlib.AbstractContextManager[None]:
 
     Taught in chapter 8, "XLA: jit_compile".
     """
+    require_tensorflow("companion.devices.simulated_gpu", _SIMULATED_GPU_INSTEAD)
     return _listing(_with_a_gpu)
 
 
@@ -216,6 +252,7 @@ def simulated_cpu_only() -> contextlib.AbstractContextManager[None]:
 
     Taught in chapter 8, "XLA: jit_compile".
     """
+    require_tensorflow("companion.devices.simulated_cpu_only", _SIMULATED_GPU_INSTEAD)
     return _listing(_without_gpus)
 
 
@@ -243,6 +280,7 @@ def start_gpu_stand_in() -> None:
 
     Taught in chapter 8, "XLA: jit_compile".
     """
+    require_tensorflow("companion.devices.start_gpu_stand_in", _SIMULATED_GPU_INSTEAD)
     import tensorflow as tf
 
     if gpu_stand_in_active():

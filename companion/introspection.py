@@ -1,12 +1,22 @@
 """Look inside TensorFlow objects: which ops a function lowers to, which weights a layer
-owns, how a functional model wires its layers. Chapter 1 uses all three."""
+owns, how a functional model wires its layers. Chapter 1 uses all three.
+
+Backends: TensorFlow, JAX, PyTorch, except ``traced_ops`` (TensorFlow only).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from companion._backend import require_tensorflow
 from companion._checks import check_callable, check_instance, check_sequence, check_str, describe
+
+#: How JAX and PyTorch show the ops a function is made of.
+TRACE_INSTEAD = {
+    "jax": "jax.make_jaxpr(fn)(*args): the jaxpr's equations, one primitive each",
+    "torch": "torch.fx.symbolic_trace(fn).graph, or torch.export.export(module, args).graph",
+}
 
 #: Graph bookkeeping that every traced function has; hidden by default.
 PLUMBING_OPS = frozenset({"Placeholder", "NoOp", "Identity"})
@@ -31,6 +41,7 @@ def traced_ops(
     Raises:
         TypeError: If ``fn`` is not callable, or ``ignore`` is not a collection of names (a
             single str is refused: it would be read one letter at a time).
+        TensorFlowRequired: Under another backend (naming its way to see a trace).
 
     Example:
         >>> import tensorflow as tf
@@ -40,6 +51,7 @@ def traced_ops(
 
     Taught in chapter 1, "Ops: the atoms".
     """
+    require_tensorflow("companion.introspection.traced_ops", TRACE_INSTEAD)
     import tensorflow as tf
 
     check_callable(fn, "fn", "a callable (function, tf.function or layer)")

@@ -9,6 +9,8 @@ by TensorFlow, compiler, flags and source, manifests; its names are re-exported 
 ``companion.pyfunc.native_blur`` compute.
 
 ``python -m companion.kernels`` builds the library ahead of time and prints where it is.
+
+Backends: TensorFlow only (on JAX use Pallas or the XLA FFI; on PyTorch use a C++ extension).
 """
 
 from __future__ import annotations
@@ -18,10 +20,22 @@ import sys
 from typing import Any
 
 import keras
-import tensorflow as tf
 
-from companion._checks import check_odd_int, check_real, float_tensor
-from companion._kernels import (
+from companion._backend import require_tensorflow
+
+require_tensorflow(
+    "companion.kernels",
+    {
+        "jax": "Pallas (a GPU or TPU kernel) or a C++ function through the XLA FFI (jax.ffi)",
+        "torch": "a C++ extension built with torch.utils.cpp_extension.load_inline",
+    },
+)
+
+
+import tensorflow as tf  # noqa: E402
+
+from companion._checks import check_odd_int, check_real, float_tensor  # noqa: E402
+from companion._kernels import (  # noqa: E402
     BUILD_FLAGS,
     LIBRARY,
     MANIFEST,
@@ -36,7 +50,7 @@ from companion._kernels import (
     source_section,
     tensorflow_flags,
 )
-from companion.pyfunc import MAX_KSIZE, GaussianBlur, gaussian_kernel
+from companion.pyfunc import MAX_KSIZE, GaussianBlur, gaussian_kernel  # noqa: E402
 
 __all__ = [
     # the build system, defined in the private companion._kernels

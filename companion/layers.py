@@ -4,6 +4,8 @@ behaves differently in training, and a layer built from sublayers. Chapter 4 bui
 All three are registered with ``@keras.saving.register_keras_serializable(package="companion")``,
 so a ``.keras`` file that contains them loads in any process that has imported this module,
 without ``custom_objects``.
+
+Backends: TensorFlow, JAX, PyTorch.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ Both models output **probabilities** (softmax), so train them with
 ``keras.losses.SparseCategoricalCrossentropy()`` (``from_logits=False``, the default). Built
 with the same arguments they have the same layers, the same parameter count and, after
 :func:`copy_weights`, the same outputs.
+
+Backends: TensorFlow, JAX, PyTorch.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ wrappers lose, with ``tf.ensure_shape`` (checked at run time, kept in exported g
 only, so they are differentiable and can be saved, served from a fresh process and converted to
 TFLite. All use OpenCV's kernel rule (``gaussian_kernel``) and its default border,
 ``BORDER_REFLECT_101`` (= ``tf.pad(mode="REFLECT")``).
+
+Backends: TensorFlow only (on JAX use ``jax.pure_callback``; on PyTorch use plain eager Python).
 """
 
 from __future__ import annotations
@@ -17,9 +19,22 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from companion._checks import check_odd_int, check_real, describe, float_tensor
+from companion._backend import require_tensorflow
+
+require_tensorflow(
+    "companion.pyfunc",
+    {
+        "jax": (
+            'jax.pure_callback(fn, jax.ShapeDtypeStruct(shape, dtype), x, vmap_method="sequential")'
+        ),
+        "torch": "the Python function itself on the tensors, in eager code",
+    },
+)
+
+import tensorflow as tf  # noqa: E402
+
+from companion._checks import check_odd_int, check_real, describe, float_tensor  # noqa: E402
 
 #: OpenCV's fixed kernels for ``sigma <= 0`` and small odd sizes (numerators; divide by sum).
 #: Sizes 3, 5 and 7 are binomial-like, 9 a rounded Gaussian (OpenCV 4.12 and 5.0 both have it).

@@ -3,6 +3,8 @@
 Chapters 3 and 13 ask this of a blur through ``tf.py_function``, of ``native_blur`` and of the
 compiled C++ op: the converter refuses ops it has no kernel for and names them in its error,
 and the interpreter refuses custom ops that no TFLite kernel backs.
+
+Backends: TensorFlow only (on JAX use jax2tf + TF's converter; on PyTorch use ``litert-torch``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
-from companion._checks import check_bool, check_instance, check_path, describe
+from companion._backend import require_tensorflow
+
+require_tensorflow(
+    "companion.tflite",
+    {
+        "jax": (
+            'jax2tf with TensorFlow\'s TFLite converter (Keras 3.15 refuses format="litert" on JAX)'
+        ),
+        "torch": 'model.export("model.tflite", format="litert") with the litert-torch package',
+    },
+)
+
+import tensorflow as tf  # noqa: E402
+
+from companion._checks import check_bool, check_instance, check_path, describe  # noqa: E402
 
 __all__ = ["convert", "refused_ops", "run"]
 

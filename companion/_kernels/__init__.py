@@ -14,6 +14,8 @@ Environment variables:
     ``WHITE_BOX_TF_CXX``: the C++ compiler (default ``g++``).
     ``WHITE_BOX_TF_CACHE``: the cache folder (default ``$XDG_CACHE_HOME/white-box-tf/kernels``,
     else ``~/.cache/white-box-tf/kernels``).
+
+Backends: TensorFlow only (on JAX use Pallas or the XLA FFI; on PyTorch use a C++ extension).
 """
 
 from __future__ import annotations
@@ -31,9 +33,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import tensorflow as tf
+from companion._backend import require_tensorflow
 
-from companion._checks import check_choice, check_path, check_str
+require_tensorflow(
+    "companion._kernels",
+    {
+        "jax": "Pallas (a GPU or TPU kernel) or a C++ function through the XLA FFI (jax.ffi)",
+        "torch": "torch.utils.cpp_extension.load_inline, which caches its own build",
+    },
+)
+
+
+import tensorflow as tf  # noqa: E402
+
+from companion._checks import check_choice, check_path, check_str  # noqa: E402
 
 #: The C++ source of the ops, inside the installed package.
 SOURCE = Path(__file__).with_name("blur_op.cc")

@@ -21,6 +21,9 @@ Chapter 11 reproduces each pitfall, detects it with these helpers, fixes it and 
 One tool per file: ``_roundtrip`` (with ``_configs``, the config and registration checks),
 ``_variable_batch``, ``_nonfinite``, ``_gradients`` and ``_tracing``; ``_inputs`` and
 ``_errors`` check their arguments and shorten the errors they report.
+
+Backends: TensorFlow, JAX, PyTorch, except ``count_traces``, ``explain_retrace``,
+``check_variable_batch`` and ``simulated_gpu`` (TensorFlow only).
 """
 
 from companion.devices import simulated_gpu

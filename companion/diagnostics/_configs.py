@@ -1,5 +1,8 @@
 """Whether an object's config can be saved and loaded: each custom class's ``get_config`` /
-``from_config`` pair, and the registration of every custom name the config holds."""
+``from_config`` pair, and the registration of every custom name the config holds.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 

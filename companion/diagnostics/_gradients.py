@@ -1,5 +1,11 @@
 """``gradient_norms`` and ``first_nonfinite_gradient``: one training step's gradients, per variable,
-in backpropagation order."""
+in backpropagation order.
+
+The gradient is each backend's own: ``tf.GradientTape``, ``jax.grad`` over the variables' values
+(in a ``keras.StatelessScope``, as ``stateless_call`` does), ``torch.autograd.grad``.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,6 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from companion._checks import (
     check_bool,
@@ -21,6 +26,7 @@ from companion.diagnostics._inputs import (
     check_layer,
     describe_input,
     finite_arrays,
+    host_array,
 )
 
 
@@ -33,7 +39,8 @@ def _gradients(
     training = check_bool(training, "training")
     finite_arrays(inputs, "inputs")
     target_arrays = finite_arrays(targets, "targets")
-    with tf.GradientTape() as tape:
+
+    def forward() -> Any:
         output = call_on(model, inputs, "inputs", training=training)
         _check_targets(target_arrays, output)
         with blaming(
@@ -42,15 +49,71 @@ def _gradients(
             targets,
         ):
             value = loss(targets, output)
-        if model.losses:
-            value = value + tf.add_n(model.losses)
+        return value + keras.ops.sum(keras.ops.stack(model.losses)) if model.losses else value
+
+    from companion._backend import backend
+
+    gradients = _GRADIENTS[backend()](model, forward)
     variables = list(model.trainable_variables)  # after the call, which builds an unbuilt model
-    gradients = tape.gradient(value, variables)
-    pairs = [
-        (v.path, None if g is None else tf.convert_to_tensor(g))
-        for v, g in zip(variables, gradients)
-    ]
+    pairs = [(v.path, g) for v, g in zip(variables, gradients)]
     return pairs[::-1]
+
+
+def _tensorflow_gradients(model: keras.layers.Layer, forward: Callable[[], Any]) -> list[Any]:
+    """``tf.GradientTape``'s gradients of ``forward()`` for the model's trainable variables."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        value = forward()
+    gradients = tape.gradient(value, list(model.trainable_variables))
+    return [None if g is None else tf.convert_to_tensor(g) for g in gradients]
+
+
+def _torch_gradients(model: keras.layers.Layer, forward: Callable[[], Any]) -> list[Any]:
+    """``torch.autograd.grad`` of ``forward()``; ``None`` where the loss does not depend."""
+    import torch
+
+    value = forward()
+    parameters = [v.value for v in model.trainable_variables]
+    if not parameters or not value.requires_grad:
+        return [None] * len(parameters)
+    return list(torch.autograd.grad(value, parameters, allow_unused=True))
+
+
+def _jax_gradients(model: keras.layers.Layer, forward: Callable[[], Any]) -> list[Any]:
+    """``jax.grad`` of ``forward()`` over the trainable variables' values, read in a stateless
+    scope. A variable the loss does not depend on gets zeros from JAX: ``None`` here, as on the
+    other backends (read off the traced function's inputs that reach no output)."""
+    import jax
+
+    if not model.built:
+        forward()  # builds the model: its variables exist only after a first call
+    trainable = list(model.trainable_variables)
+
+    def value_of(values: list[Any]) -> Any:
+        mapping = list(zip(trainable, values))
+        with keras.StatelessScope(state_mapping=mapping, collect_losses=True):
+            return forward()
+
+    values = [v.value for v in trainable]
+    gradients = jax.grad(value_of)(values)
+    used = _used_inputs(jax.make_jaxpr(value_of)(values).jaxpr)
+    return [g if used[i] else None for i, g in enumerate(gradients)]
+
+
+def _used_inputs(jaxpr: Any) -> list[bool]:
+    """For each input of ``jaxpr``, whether any equation reads it (or it is an output)."""
+    read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars}
+    read |= {id(v) for v in jaxpr.outvars}
+    return [id(v) in read for v in jaxpr.invars]
+
+
+#: Each backend's gradient of a forward pass for a model's trainable variables.
+_GRADIENTS = {
+    "tensorflow": _tensorflow_gradients,
+    "jax": _jax_gradients,
+    "torch": _torch_gradients,
+}
 
 
 def _check_targets(targets: list[np.ndarray], output: Any) -> None:
@@ -58,7 +121,7 @@ def _check_targets(targets: list[np.ndarray], output: Any) -> None:
     up one to one, a shape its output's loss takes without broadcasting: the output's shape (a
     trailing axis of 1 on either side aside, which Keras's losses squeeze), or, for integer
     class labels, the output's shape without its last axis."""
-    outputs = tf.nest.flatten(output)
+    outputs = keras.tree.flatten(output)
     first = outputs[0]
     batch = first.shape[0] if len(first.shape) else None
     for leaf in targets:
@@ -135,7 +198,7 @@ def gradient_norms(
     Taught in chapter 11, "Exploding gradients, caught by tracking the norm".
     """
     return {
-        path: None if g is None else float(tf.norm(tf.cast(g, tf.float64)))
+        path: None if g is None else float(np.linalg.norm(host_array(g).astype(np.float64)))
         for path, g in _gradients(model, inputs, targets, loss, training)
     }
 

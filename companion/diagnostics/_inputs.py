@@ -1,5 +1,8 @@
 """Checking, describing and calling on the inputs a diagnostic is given: an error names the
-argument and says what the call raised."""
+argument and says what the call raised.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from companion._checks import (
     check_instance,
@@ -19,9 +21,17 @@ from companion._finite import has_nonfinite
 from companion._text import error_text
 
 
+def host_array(value: Any) -> np.ndarray:
+    """``value`` as a NumPy array: a backend tensor or Variable through ``convert_to_numpy`` (a
+    torch tensor that requires grad, a JAX array), anything else through ``np.asarray``."""
+    if isinstance(value, keras.Variable) or keras.ops.is_tensor(value):
+        return keras.ops.convert_to_numpy(value)
+    return np.asarray(value)
+
+
 def to_numpy(structure: Any) -> list[np.ndarray]:
-    """The leaves of a (nested) output as NumPy arrays, in ``tf.nest`` order."""
-    return [np.asarray(leaf) for leaf in tf.nest.flatten(structure)]
+    """The leaves of a (nested) output as NumPy arrays, in ``keras.tree`` (= ``tf.nest``) order."""
+    return [host_array(leaf) for leaf in keras.tree.flatten(structure)]
 
 
 def check_layer(value: Any, name: str) -> keras.layers.Layer:
@@ -53,10 +63,10 @@ def as_arrays(value: Any, name: str, *, numbers: bool = True) -> Any:
     """
     what = "an array, or a list, tuple or dict of arrays" + (" of numbers" if numbers else "")
     try:
-        arrays = tf.nest.map_structure(np.asarray, value)
+        arrays = keras.tree.map_structure(host_array, value)
     except (TypeError, ValueError) as error:  # ragged lists, objects NumPy cannot hold
         raise TypeError(f"{name}: expected {what}, got {describe(value)}") from error
-    leaves = tf.nest.flatten(arrays)
+    leaves = keras.tree.flatten(arrays)
     if not leaves:
         raise ValueError(f"{name}: expected {what}, got {describe(value)}")
     if any(leaf.dtype.kind not in ("biuf" if numbers else "biufcSU") for leaf in leaves):
@@ -66,7 +76,7 @@ def as_arrays(value: Any, name: str, *, numbers: bool = True) -> Any:
 
 def finite_arrays(value: Any, name: str) -> list[np.ndarray]:
     """The leaves of ``value`` as arrays of finite numbers (NaN or Inf is no layer's fault)."""
-    leaves = tf.nest.flatten(as_arrays(value, name))
+    leaves = keras.tree.flatten(as_arrays(value, name))
     if has_nonfinite(leaves):
         raise ValueError(
             f"{name}: expected finite values, got NaN or Inf: no layer is to blame; "

@@ -1,4 +1,7 @@
-"""``first_nonfinite``: the first layer whose output holds NaN or Inf."""
+"""``first_nonfinite``: the first layer whose output holds NaN or Inf.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 

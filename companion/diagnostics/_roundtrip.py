@@ -1,4 +1,7 @@
-"""``check_roundtrip``: save to ``.keras``, load (in a fresh process or this one), compare."""
+"""``check_roundtrip``: save to ``.keras``, load (in a fresh process or this one), compare.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from companion.diagnostics._configs import (
     objects_of_custom_classes,
     registration_problems,
 )
-from companion.diagnostics._inputs import as_arrays, call_on, subject_of, to_numpy
+from companion.diagnostics._inputs import as_arrays, call_on, host_array, subject_of, to_numpy
 from companion.notebook import run_python
 
 
@@ -116,7 +119,7 @@ def _reloaded_state(path: str, sample_input: Any, modules: list[str]) -> dict[st
                 importlib.import_module(module)
             obj = keras.saving.load_model(path)
             state["config"] = json.loads(json.dumps(keras.saving.serialize_keras_object(obj)))
-            state["weights"] = [(v.path, np.asarray(v)) for v in _state_variables(obj)]
+            state["weights"] = [(v.path, host_array(v)) for v in _state_variables(obj)]
             if sample_input is not None:
                 state["output"] = to_numpy(obj(sample_input))
         except Exception as error:  # any failure to import, load or call is the finding
@@ -145,7 +148,9 @@ def _reload_in_child(
     search_path = os.pathsep.join(
         entry for entry in [os.getcwd(), *sys.path] if entry and os.path.isdir(entry)
     )
-    result = run_python(code, timeout=timeout, env={"PYTHONPATH": search_path})
+    # ... and runs the same Keras backend (KERAS_BACKEND wins over ~/.keras/keras.json).
+    environment = {"PYTHONPATH": search_path, "KERAS_BACKEND": keras.backend.backend()}
+    result = run_python(code, timeout=timeout, env=environment)
     if result.returncode != 0 or not os.path.exists(answer):
         last = (result.stderr.strip().splitlines() or ["(no error output)"])[-1]
         return {"error": f"the fresh process failed: {keras_message(last)}", "warnings": []}
@@ -328,7 +333,7 @@ def check_roundtrip(
         report.problems.append(state["error"])
         return report
     report.problems.extend(_differences(serialized, state["config"]))
-    before = [(v.path, np.asarray(v)) for v in _state_variables(obj)]
+    before = [(v.path, host_array(v)) for v in _state_variables(obj)]
     report.problems.extend(_weight_problems(before, state["weights"], atol))
     if expected is not None:
         report.problems.extend(_output_problems(expected, state["output"], atol))

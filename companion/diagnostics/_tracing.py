@@ -1,4 +1,7 @@
-"""``count_traces`` and ``explain_retrace``: how often a ``tf.function`` traced, and why."""
+"""``count_traces`` and ``explain_retrace``: how often a ``tf.function`` traced, and why.
+
+Backends: TensorFlow only (on JAX use ``jax.jit``; on PyTorch use ``torch._dynamo.explain``).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,10 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import keras
 import numpy as np
-import tensorflow as tf
 
+from companion._backend import require_tensorflow
 from companion._checks import (
     check_callable,
     check_instance,
@@ -18,9 +22,17 @@ from companion._checks import (
     shorten,
 )
 
+#: What JAX and PyTorch users read instead of ``tf.function``'s traces.
+RETRACING_INSTEAD = {
+    "jax": "jax.jit's cache: a function's _cache_size(), and jax.make_jaxpr for the trace",
+    "torch": "torch._dynamo.explain(fn)(*args): the graphs and graph breaks torch.compile makes",
+}
+
 
 def _describe_value(value: Any) -> str:
     """``float32[None, 3]`` for a tensor or variable, the short repr for a Python value."""
+    import tensorflow as tf
+
     if hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, np.ndarray):
         shape = ", ".join(
             "None" if d is None else str(d) for d in tf.TensorShape(value.shape).as_list() or []
@@ -48,6 +60,9 @@ class TraceCounter:
     """
 
     def __init__(self, fn: Callable[..., Any], **tf_function_kwargs: Any) -> None:
+        require_tensorflow("companion.diagnostics.count_traces", RETRACING_INSTEAD)
+        import tensorflow as tf
+
         check_callable(fn, "fn")
         self.signatures: list[str] = []
         self._arguments: list[dict[str, tuple]] = []  # per trace: {argument path: leaf key}
@@ -66,7 +81,7 @@ class TraceCounter:
         functools.update_wrapper(self, fn)
 
     def _describe_call(self, args: tuple, kwargs: dict[str, Any]) -> str:
-        describe_leaves = functools.partial(tf.nest.map_structure, _describe_value)
+        describe_leaves = functools.partial(keras.tree.map_structure, _describe_value)
         try:
             bound = self._parameters.bind(*args, **kwargs).arguments if self._parameters else None
         except TypeError:
@@ -121,8 +136,10 @@ def count_traces(fn: Callable[..., Any] | None = None, /, **tf_function_kwargs: 
 
     Raises:
         TypeError: If ``fn`` is not callable.
+        TensorFlowRequired: Under another backend (retracing is ``tf.function``'s).
 
     Example:
+        >>> import tensorflow as tf
         >>> @count_traces
         ... def scale(x, factor):
         ...     return x * factor
@@ -133,6 +150,7 @@ def count_traces(fn: Callable[..., Any] | None = None, /, **tf_function_kwargs: 
 
     Taught in chapter 11, "Python side effects run only while tracing".
     """
+    require_tensorflow("companion.diagnostics.count_traces", RETRACING_INSTEAD)
     if fn is None:
         return lambda function: TraceCounter(function, **tf_function_kwargs)
     return TraceCounter(fn, **tf_function_kwargs)
@@ -217,6 +235,7 @@ def explain_retrace(counter: TraceCounter, trace: int = -1) -> str:
             out of range.
 
     Example:
+        >>> import tensorflow as tf
         >>> @count_traces
         ... def scale(x, factor):
         ...     return x * factor

@@ -1,17 +1,26 @@
-"""``check_variable_batch``: does a layer work when the batch size is unknown while tracing?"""
+"""``check_variable_batch``: does a layer work when the batch size is unknown while tracing?
+
+Backends: TensorFlow only (on JAX use ``jax.export`` shapes; on PyTorch use ``torch.export``).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
+from companion._backend import require_tensorflow
 from companion._checks import (
     check_callable,
 )
 from companion._text import error_text
 from companion.diagnostics._inputs import as_arrays, call_on, describe_input, to_numpy
+
+#: How JAX and PyTorch users check a layer on a batch size left open while tracing.
+VARIABLE_BATCH_INSTEAD = {
+    "jax": "jax.export.symbolic_shape('b') in a jax.ShapeDtypeStruct, traced with jax.eval_shape",
+    "torch": "torch.export.export(model, args, dynamic_shapes=...) with torch.export.Dim('b')",
+}
 
 
 def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
@@ -35,6 +44,7 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
             arrays of numbers.
         ValueError: If an input of ``sample_input`` has no batch dimension or a batch below 2,
             or the layer cannot be called on it (eagerly: nothing to compare the trace with).
+        TensorFlowRequired: Under another backend (the trace is ``tf.function``'s).
 
     Example:
         >>> import keras
@@ -44,6 +54,9 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
 
     Taught in chapter 11, "Shapes: what is known while tracing".
     """
+    require_tensorflow("companion.diagnostics.check_variable_batch", VARIABLE_BATCH_INSTEAD)
+    import tensorflow as tf
+
     check_callable(layer, "layer", "a callable layer or model")
     sample_input = as_arrays(sample_input, "sample_input")
     for leaf in tf.nest.flatten(sample_input):

@@ -9,6 +9,9 @@ characters) and ``show_json`` (a config or other JSON data, one line per key), o
 
 The device helpers the chapters import from here, ``gpu_available``, ``enable_gpu_memory_growth``
 and ``split_cpu`` (up to ``MAX_CPU_DEVICES``), live in :mod:`companion.devices`, documented there.
+
+Backends: TensorFlow, JAX, PyTorch, except ``enable_gpu_memory_growth`` and ``split_cpu``
+(TensorFlow only).
 """
 
 from companion._subprocess import CHILD_DEFAULTS as CHILD_DEFAULTS

@@ -1,10 +1,14 @@
-"""Set-up and environment: the seeds, TensorFlow's quiet start, and where the notebook runs."""
+"""Set-up and environment: the seeds, TensorFlow's quiet start, and where the notebook runs.
+
+Backends: TensorFlow, JAX, PyTorch.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 
+from companion._backend import BACKEND_NAMES, backend
 from companion._checks import check_bool, check_seed
 from companion.devices import (
     enable_gpu_memory_growth,
@@ -24,7 +28,7 @@ def in_colab() -> bool:
 
 
 def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
-    """Seed Python, NumPy and TensorFlow, quiet TensorFlow's logs, describe the runtime.
+    """Seed Python, NumPy and the backend, quiet TensorFlow's logs, describe the runtime.
 
     Call it once at the top of a notebook (before building models). Two runs of the same
     small CPU training after ``setup(seed)`` give identical weights. On a GPU runtime it
@@ -41,14 +45,20 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
     GPU stand-in (``companion.devices.start_gpu_stand_in``): Keras and TensorFlow see a GPU and
     make a GPU's choices, while the ops run on the CPU.
 
+    Under JAX and PyTorch it seeds with ``keras.utils.set_random_seed`` as well, turns TF32 off
+    in that framework (JAX's default matmul precision "highest"; torch's ``allow_tf32`` flags),
+    and prints the backend and its version in the first line.
+
     Args:
-        seed: Integer seed for ``random``, NumPy and TensorFlow, from 0 to ``2**32 - 1``.
+        seed: Integer seed for ``random``, NumPy and the backend, from 0 to ``2**32 - 1``.
         verbose: Print the versions, the device, TF32 and whether this is Colab (a bool).
 
     Returns:
-        A dict with keys ``tensorflow``, ``keras``, ``python``, ``device`` (``"GPU"``,
-        ``"GPU stand-in"`` or ``"CPU"``), ``colab``, ``seed``, ``tf32`` (False) and
-        ``gpu_memory_growth`` (the GPUs set to grow their memory).
+        A dict with keys ``backend`` (``"tensorflow"``, ``"jax"`` or ``"torch"``),
+        ``tensorflow`` (its version, or None under another backend), ``backend_version``,
+        ``keras``, ``python``, ``device`` (``"GPU"``, ``"GPU stand-in"`` or ``"CPU"``),
+        ``colab``, ``seed``, ``tf32`` (False) and ``gpu_memory_growth`` (the GPUs set to grow
+        their memory; always empty off TensorFlow).
 
     Raises:
         TypeError: If ``seed`` is not an int or ``verbose`` not a bool.
@@ -68,6 +78,29 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
     # Must be set before TensorFlow's C++ runtime loads to silence its start-up chatter.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
+
+    running = backend()
+    runtime = _RUNTIMES[running]() if running in _RUNTIMES else {"version": keras.__version__}
+    keras.utils.set_random_seed(seed)  # seeds random, NumPy and the backend together
+    info: dict[str, object] = {
+        "backend": running,
+        "tensorflow": runtime["version"] if running == "tensorflow" else None,
+        "backend_version": runtime["version"],
+        "keras": keras.__version__,
+        "python": sys.version.split()[0],
+        "device": runtime.get("device", "GPU" if gpu_available() else "CPU"),
+        "colab": in_colab(),
+        "seed": seed,
+        "tf32": runtime.get("tf32", False),
+        "gpu_memory_growth": runtime.get("gpu_memory_growth", []),
+    }
+    if verbose:
+        _print_runtime(info)
+    return info
+
+
+def _tensorflow_runtime() -> dict[str, object]:
+    """Quiet logs, memory growth, the stand-in if asked, TF32 off: TensorFlow's part of setup."""
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")
@@ -75,23 +108,45 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
     if stand_in_requested():
         start_gpu_stand_in()
     tf.config.experimental.enable_tensor_float_32_execution(False)
-    keras.utils.set_random_seed(seed)  # seeds random, NumPy and TensorFlow together
-
     device = "CPU"
     if gpu_available():
         device = "GPU stand-in" if gpu_stand_in_active() else "GPU"
-    info: dict[str, object] = {
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "python": sys.version.split()[0],
+    return {
+        "version": tf.__version__,
         "device": device,
-        "colab": in_colab(),
-        "seed": seed,
         "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
         "gpu_memory_growth": growing,
     }
-    if verbose:
+
+
+def _jax_runtime() -> dict[str, object]:
+    """JAX's part of setup: float32 matrix products in full float32 on every GPU."""
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    return {"version": jax.__version__}
+
+
+def _torch_runtime() -> dict[str, object]:
+    """PyTorch's part of setup: TF32 off for matrix products and convolutions."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return {"version": torch.__version__}
+
+
+#: Each backend's part of ``setup``: its version, and what it switches (TF32, memory growth).
+_RUNTIMES = {"tensorflow": _tensorflow_runtime, "jax": _jax_runtime, "torch": _torch_runtime}
+
+
+def _print_runtime(info: dict[str, object]) -> None:
+    """The two or three lines ``setup`` prints (TensorFlow's as they always were)."""
+    device, seed = info["device"], info["seed"]
+    if info["backend"] == "tensorflow":
         print(f"TensorFlow {info['tensorflow']}, Keras {info['keras']}, Python {info['python']}")
-        print(f"device: {device}, Colab: {'yes' if info['colab'] else 'no'}, seed: {seed}")
-        print("TF32: off (float32 matmuls are exact float32 on A100/L4 too)")
-    return info
+    else:
+        name = BACKEND_NAMES.get(str(info["backend"]), info["backend"])
+        print(f"Keras {info['keras']} on {name} {info['backend_version']}, Python {info['python']}")
+    print(f"device: {device}, Colab: {'yes' if info['colab'] else 'no'}, seed: {seed}")
+    print("TF32: off (float32 matmuls are exact float32 on A100/L4 too)")

@@ -27,12 +27,26 @@ yield the same batches each pass (no reshuffling, or a seeded shuffle with
 ``reshuffle_each_iteration=False``). Under a multi-worker strategy the chief's checkpoints are
 kept (every worker takes part in a save) and every worker restores from the folder, which must
 be one they all see.
+
+Backends: TensorFlow only (on JAX use ``jax.value_and_grad``; on PyTorch use ``loss.backward()``).
 """
 
-from companion._clipping import clip_by_global_norm
-from companion.training._arguments import MAX_EPOCHS as MAX_EPOCHS
-from companion.training._errors import NonFiniteError
-from companion.training._loop import fit
-from companion.training._step import make_eval_step, make_train_step
+from companion._backend import require_tensorflow
+
+require_tensorflow(
+    "companion.training",
+    {
+        "jax": (
+            "model.fit, or jax.value_and_grad over model.stateless_call + optimizer.stateless_apply"
+        ),
+        "torch": "model.fit, or a loop of loss.backward() and optimizer.apply",
+    },
+)
+
+from companion._clipping import clip_by_global_norm  # noqa: E402
+from companion.training._arguments import MAX_EPOCHS as MAX_EPOCHS  # noqa: E402
+from companion.training._errors import NonFiniteError  # noqa: E402
+from companion.training._loop import fit  # noqa: E402
+from companion.training._step import make_eval_step, make_train_step  # noqa: E402
 
 __all__ = ["NonFiniteError", "clip_by_global_norm", "fit", "make_eval_step", "make_train_step"]
