@@ -55,11 +55,11 @@ def test_a_nan_batch_is_skipped_and_the_rest_clipped_as_global_clipnorm():
     kept = np.r_[0:BATCH, 2 * BATCH : 3 * BATCH]
     reference = classifier(False, optimizer=keras.optimizers.Adam(0.05, global_clipnorm=1.0))
     expected = fitted(reference, x[kept], y[kept])
-    # The same steps on the same batches: clip / max(norm, clip) against 1 / max(norm / clip, 1)
-    # agree to float32 rounding (measured 0.0 on every backend).
-    assert weight_difference(guarded, reference) < 1e-6
+    # The same steps on the same batches. Keras scales by clip / max(norm, clip), the companion
+    # by 1 / max(norm / clip, 1): with clip = 1 the same float, so the weights agree exactly.
+    assert weight_difference(guarded, reference) == 0.0
     assert history["skipped_steps"] == [1.0]
-    assert history["loss"][0] == pytest.approx(expected["loss"][0], rel=1e-6)
+    assert history["loss"] == expected["loss"]
     assert history["accuracy"] == expected["accuracy"]
     assert int(ops.convert_to_numpy(guarded.optimizer.iterations)) == 2
 
@@ -68,9 +68,9 @@ def test_without_nan_and_clip_the_guarded_step_is_keras_own():
     x, y = classification_data()
     guarded, plain = classifier(True, clip=None), classifier(False)
     history, expected = fitted(guarded, x, y), fitted(plain, x, y)
-    assert weight_difference(guarded, plain) < 1e-6
+    assert weight_difference(guarded, plain) == 0.0  # the same operations
     assert history["skipped_steps"] == [0.0]
-    assert history["loss"][0] == pytest.approx(expected["loss"][0], rel=1e-6)
+    assert history["loss"] == expected["loss"]
 
 
 def test_a_subclassed_guarded_model_trains():
@@ -176,3 +176,26 @@ def test_a_keras_file_with_adamw_warmup_cosine_and_guarded_model_loads_in_a_fres
     assert (loaded["optimizer"], loaded["schedule"]) == ("AdamW", "WarmupCosine")
     # The same weights and the same backend: the same float32 computation.
     np.testing.assert_allclose(loaded["outputs"], model.predict(x, verbose=0), rtol=0, atol=1e-6)
+
+
+def test_under_mixed_float16_a_nan_batch_is_skipped_by_the_loss_scale_optimizer_too():
+    x, _ = classification_data()
+    bad = x.copy()
+    bad[BATCH : 2 * BATCH] = np.nan
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((8,))
+        hidden = keras.layers.Dense(16)(inputs)
+        model = GuardedModel(
+            inputs=inputs, outputs=keras.layers.Dense(1, dtype="float32")(hidden), clip_norm=1.0
+        )
+    finally:
+        keras.config.set_dtype_policy("float32")
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    history = model.fit(bad, x[:, :1], batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
+    assert history.history["skipped_steps"] == [1.0, 1.0]
+    assert np.isfinite(history.history["loss"]).all()
+    assert int(ops.convert_to_numpy(model.optimizer.iterations)) == 4  # 2 good batches a epoch
+    assert all(np.isfinite(w).all() for w in model.get_weights())
