@@ -86,7 +86,9 @@ def _bound(value: Any, name: str, x: Any) -> Any:
         raise ValueError(
             f"{name}: expected finite values that {dtype} holds, got {describe(known)}"
         )
-    return ops.stop_gradient(ops.cast(bound, dtype))  # a tensor (a variable read), a constant
+    if hasattr(bound, "assign"):  # a variable (TensorFlow's convert_to_tensor keeps it): read it
+        bound = ops.copy(bound)
+    return ops.cast(bound, dtype)
 
 
 def _shape(x: Any) -> Any:
@@ -337,10 +339,9 @@ def log1p_exp(x: Any) -> Any:
     @ops.custom_gradient
     def _softplus(x: Any) -> tuple[Any, Callable[..., Any]]:
         def grad(*args: Any, upstream: Any = None) -> Any:
-            return _upstream(args, upstream) * ops.sigmoid(x)
+            return ops.multiply(_upstream(args, upstream), ops.sigmoid(x))
 
-        zero = ops.zeros_like(x)
-        return ops.maximum(x, zero) + ops.log1p(ops.exp(-ops.abs(x))), grad
+        return ops.maximum(x, 0.0) + ops.log1p(ops.exp(-ops.abs(x))), grad
 
     return _softplus(x)
 
