@@ -224,7 +224,7 @@ class GuardedModel(keras.Model):
        the optimizer, which skips it and halves its loss scale, as in Keras's own step.
 
     ``skipped_steps`` is reported with the other metrics: per epoch in ``fit`` (reset with them),
-    0 in ``evaluate``.
+    0 in ``evaluate``. Each backend has its own step: on JAX ``train_step(state, data)``.
 
     Args:
         *args: What ``keras.Model`` takes (``inputs=``, ``outputs=`` for a Functional model).
@@ -382,8 +382,7 @@ class ExpectedCalibrationError(keras.metrics.Metric):
             )
         y_true = ops.reshape(ops.cast(y_true, "int32"), (-1,))
         confidence = ops.clip(ops.max(y_pred, axis=-1), 0.0, 1.0)
-        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
-        correct = ops.cast(ops.equal(predicted, y_true), self.dtype)
+        correct = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, -1), "int32"), y_true), self.dtype)
         weight = ops.ones_like(confidence)
         if sample_weight is not None:
             weight = ops.reshape(ops.cast(sample_weight, self.dtype), (-1,)) * weight
@@ -496,8 +495,7 @@ class _RangeTest(keras.callbacks.Callback):
 
 
 def _dataset_class() -> type:
-    """``tf.data.Dataset``, which Keras feeds to every backend; without TensorFlow installed,
-    the project's error."""
+    """``tf.data.Dataset`` (Keras feeds it to every backend); the project's error without TF."""
     try:
         import tensorflow as tf
     except ImportError as error:
@@ -540,6 +538,7 @@ def find_learning_rate(
         TypeError: If an argument has the wrong type.
         ValueError: If the model is not compiled, its learning rate is a schedule, or a number
             is out of range.
+        TensorFlowRequired: If the ``tensorflow`` package (for ``tf.data``) is not installed.
 
     Taught in chapter 8, "A learning-rate range test".
     """
