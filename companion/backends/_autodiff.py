@@ -132,11 +132,11 @@ def train_by_hand(model: keras.Model, x: Any, y: Any, *, batch_size: int = 16) -
         ValueError: If ``batch_size`` is below 1.
 
     Example:
-        >>> from companion.backends import step_data, step_model
-        >>> x, y = step_data()
-        >>> model = train_by_hand(step_model(custom_step=False), x, y)
-        >>> len(model.get_weights())
-        4
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> model.compile("sgd", "mse")
+        >>> x = np.ones((32, 2), "float32")
+        >>> train_by_hand(model, x, 2 * x[:, :1]) is model
+        True
 
     Taught in chapter 14, "What stays TensorFlow-only".
     """
