@@ -101,6 +101,10 @@ def check_backends(backends: object) -> tuple[str, ...]:
     )
 
 
+#: What a column's child gets besides ``BACKEND_ENV``: two JAX host devices, so that the
+#: ``tf.distribute`` row runs ``DataParallel`` in that child instead of starting another.
+COLUMN_ENV = {"jax": _distribute.TWO_HOST_DEVICES}
+
 #: Rows probed first in a process: two TensorFlow replicas need the CPU split before TF starts.
 _FIRST = ("tf.distribute",)
 
@@ -148,7 +152,8 @@ def portability_table(backends: Sequence[str] = BACKENDS, *, timeout: float = 90
     the others side by side.
 
     Args:
-        backends: The backends, in order (TensorFlow first: it writes the ``.keras`` file).
+        backends: The backends, in order. TensorFlow's child writes the ``.keras`` file the
+            others load; without it in ``backends`` that row fails.
         timeout: Seconds each child may run.
 
     Returns:
@@ -170,7 +175,10 @@ def portability_table(backends: Sequence[str] = BACKENDS, *, timeout: float = 90
     others = [b for b in backends if b != "tensorflow"]
     with ThreadPoolExecutor(max(len(others), 1)) as pool:  # the other children side by side
         runs = [
-            pool.submit(run_on_backend, probe_column, b, folder, timeout=timeout) for b in others
+            pool.submit(
+                run_on_backend, probe_column, b, folder, env=COLUMN_ENV.get(b), timeout=timeout
+            )
+            for b in others
         ]
         columns.update(zip(others, (run.result() for run in runs)))
     return {b: columns[b] for b in backends}
