@@ -14,10 +14,23 @@ One job per file: the records and their tables (``_records``), the sizing harnes
 (``_harness``), chapter 12's experiments (``_experiments``), the headline measures of chapters 7
 and 9 (``_headline``) and the command line (``_cli``, run by ``__main__``). The timing harness
 itself (``time_call``, ``compare``, ``default_device``) is imported from ``companion.timing``.
+
+Backends: TensorFlow only (on JAX use ``companion.timing.compare`` on your own jitted functions;
+on PyTorch use ``companion.timing.compare`` with ``OMP_NUM_THREADS=1`` on a shared CPU).
 """
 
-from companion.bench._cli import QUICK_SIZES, main
-from companion.bench._experiments import (
+from companion._backend import require_tensorflow
+
+require_tensorflow(
+    "companion.bench",
+    {
+        "jax": "companion.timing.compare on your own jitted functions",
+        "torch": "companion.timing.compare on your own functions",
+    },
+)
+
+from companion.bench._cli import QUICK_SIZES, main  # noqa: E402
+from companion.bench._experiments import (  # noqa: E402
     PER_EXAMPLE_METHODS,
     STEP_MODES,
     blur_in_model,
@@ -28,7 +41,7 @@ from companion.bench._experiments import (
     per_example_vs_batched,
     training_step_modes,
 )
-from companion.bench._harness import (
+from companion.bench._harness import (  # noqa: E402
     MAX_BATCH_BYTES,
     MAX_IMAGE_SIZE,
     RUN_ARGS,
@@ -36,7 +49,7 @@ from companion.bench._harness import (
     SIZES,
     default_sizes,
 )
-from companion.bench._headline import (
+from companion.bench._headline import (  # noqa: E402
     LOOP_MODELS,
     MAX_EPOCHS,
     MAX_EXAMPLES,
@@ -44,7 +57,7 @@ from companion.bench._headline import (
     adamw_step_time,
     training_loop_vs_fit,
 )
-from companion.bench._records import ROW_KEYS, Entry, Row, rows_table, rows_to_entries
+from companion.bench._records import ROW_KEYS, Entry, Row, rows_table, rows_to_entries  # noqa: E402
 
 __all__ = [
     "LOOP_MODELS",

@@ -11,6 +11,9 @@ a function, a model, ...), then::
 ``check`` runs behavioural checks on the answer (a gradient against finite differences, a
 ``.keras`` round trip, agreement with a Keras built-in, ...), never a comparison with the
 solution's source. A wrong answer, or one that raises, is reported, never raised.
+
+Backends: TensorFlow, JAX, PyTorch, except the checks of chapters 1 to 13 and the appendix
+(TensorFlow only).
 """
 
 from __future__ import annotations
