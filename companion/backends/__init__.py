@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from companion._backend import BACKEND_NAMES, BACKENDS
 from companion.backends._autodiff import LOOPS, gradient, train_by_hand
+from companion.backends._keras_file import resume_here, save_here
 from companion.backends._probes import CHANGED, TF_ONLY, UNCHANGED
 from companion.backends._runner import BACKEND_ENV, BackendRunError, run_on_backend
 from companion.backends._speed import compare_step_speed
@@ -48,7 +49,9 @@ __all__ = [
     "gradient",
     "portability_table",
     "probe_column",
+    "resume_here",
     "run_on_backend",
+    "save_here",
     "step_losses",
     "torch_blur",
     "train_by_hand",

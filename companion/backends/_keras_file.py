@@ -8,6 +8,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from companion._backend import BACKENDS
+from companion._checks import check_choice, check_str
 from companion.backends._probes import CHANGED, UNCHANGED
 
 _BACKEND = keras.backend.backend()
@@ -64,3 +66,58 @@ def probe_keras_file(folder: str) -> str:
     if not np.isfinite(losses[-1]):
         raise AssertionError(f"the resumed loss is {losses[-1]}")
     return CHANGED + ", ".join(changes) if changes else UNCHANGED
+
+
+def save_here(folder: str) -> str:
+    """Train a small model of the companion's layers with Adam on the running backend and save
+    it as ``saved_by_<backend>.keras`` in ``folder``; returns the file's name.
+
+    Raises:
+        TypeError, ValueError: If ``folder`` is not a non-empty str.
+
+    Taught in chapter 14, "A .keras file across backends".
+    """
+    from companion.layers import CustomDense, ResidualBlock
+
+    folder = check_str(folder, "folder", "a folder's path (a non-empty str)")
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), CustomDense(8), ResidualBlock(8), CustomDense(1)])
+    model.compile(keras.optimizers.Adam(0.01), "mse")
+    x = _inputs()
+    model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0)
+    name = f"saved_by_{_BACKEND}.keras"
+    model.save(Path(folder) / name)
+    return name
+
+
+def resume_here(folder: str, saver: str) -> dict:
+    """Load ``saved_by_<saver>.keras`` on the running backend and try one more epoch of
+    training: the optimizer's module, the file's ``jit_compile`` and what the epoch did (under
+    PyTorch ``jit_compile`` is reported, and turned off before training).
+
+    Raises:
+        TypeError, ValueError: If ``folder`` is not a non-empty str or ``saver`` not a backend.
+
+    Taught in chapter 14, "A .keras file across backends".
+    """
+    import companion.layers  # noqa: F401  (registers the custom layers)
+
+    folder = check_str(folder, "folder", "a folder's path (a non-empty str)")
+    saver = check_choice(saver, "saver", BACKENDS)
+
+    path = Path(folder) / f"saved_by_{saver}.keras"
+    model = keras.models.load_model(path)
+    found = {"optimizer": type(model.optimizer).__module__, "jit_compile": model.jit_compile}
+    if _BACKEND == "torch":
+        model.jit_compile = False  # True would start torch.compile: about 20 s here
+    x = _inputs()
+    try:
+        model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0)
+        found["resumes"] = "trains on"
+    except TypeError as error:
+        found["resumes"] = f"TypeError: {str(error).splitlines()[0][:70]}"
+        model = keras.models.load_model(path, custom_objects={"Adam": keras.optimizers.Adam})
+        model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0)
+        found["with custom_objects"] = type(model.optimizer).__module__
+    return found

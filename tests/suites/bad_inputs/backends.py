@@ -13,7 +13,9 @@ from companion.backends import (
     gradient,
     portability_table,
     probe_column,
+    resume_here,
     run_on_backend,
+    save_here,
     step_losses,
     torch_blur,
     train_by_hand,
@@ -57,6 +59,13 @@ CASES = [
         probe_column,
         {"folder": "/tmp", "rows": [next(iter(ROWS))]},
         {"folder": Str(), "rows": Seq(Str(*ROWS)).or_none()},
+    ),
+    Case("save_here", save_here, {"folder": "/tmp"}, {"folder": Str()}),
+    Case(
+        "resume_here",
+        resume_here,
+        {"folder": "/tmp", "saver": "jax"},
+        {"folder": Str(), "saver": Str(*BACKENDS)},
     ),
     Case(
         "changed_cells",
