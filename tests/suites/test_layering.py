@@ -24,7 +24,7 @@ HELPERS |= {"_backend"}  # which Keras backend runs; the error of TensorFlow-onl
 EARLY_CHAPTERS = {"introspection", "ops", "pyfunc", "tflite", "layers", "gradients"}  # chapters 1-5
 MIDDLE_CHAPTERS = {"models", "training", "fitting", "optimizers"}  # chapters 6-9
 CHAPTERS = EARLY_CHAPTERS | MIDDLE_CHAPTERS | {"diagnostics", "kernels"}
-TOP = {"bench", "exercises", "__init__"}
+TOP = {"bench", "backends", "exercises", "__init__"}  # backends: chapter 14, over the others
 MODULES = sorted(
     [path.stem for path in PACKAGE.glob("*.py")]
     + [path.parent.name for path in PACKAGE.glob("*/__init__.py")]
