@@ -14,7 +14,11 @@ sentence naming what to use instead, not a traceback from inside TensorFlow (or 
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 #: The Keras backends the book runs on, in the order its tables list them.
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -31,13 +35,21 @@ class TensorFlowRequired(ImportError):
 
 
 def backend() -> str:
-    """The running Keras backend's name: ``"tensorflow"``, ``"jax"``, ``"torch"`` or ``"numpy"``.
+    """The Keras backend's name: ``"tensorflow"``, ``"jax"``, ``"torch"`` or ``"numpy"``.
 
-    Imports Keras (which fixes the backend for the rest of the process).
+    Once Keras is imported, the one it runs; before, the one it will pick, read as Keras reads it
+    (``KERAS_BACKEND``, else ``keras.json`` in ``KERAS_HOME`` or ``~/.keras``, else TensorFlow)
+    without importing it, so that a command line can answer ``--help`` before TensorFlow loads.
     """
-    import keras
-
-    return keras.backend.backend()
+    if "keras" in sys.modules:
+        return sys.modules["keras"].backend.backend()
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = Path(os.environ.get("KERAS_HOME", Path.home() / ".keras"))
+    try:
+        return json.loads((home / "keras.json").read_text()).get("backend", "tensorflow")
+    except (OSError, ValueError):
+        return "tensorflow"
 
 
 def require_tensorflow(what: str, instead: Mapping[str, str]) -> None:

@@ -1,6 +1,11 @@
 """The shared pieces every portable module stands on, on the running Keras backend: the float
 check, the non-finite detectors and the error of TensorFlow-only pieces."""
 
+import json
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -59,3 +64,28 @@ def test_require_tensorflow_names_the_piece_the_backend_and_the_replacement():
     assert message.startswith("companion.pyfunc needs the TensorFlow backend")
     assert f"KERAS_BACKEND='{backend()}'" in message and instead[backend()] in message
     assert isinstance(caught.value, ImportError)
+
+
+CHILD = """
+import sys
+from companion._backend import backend
+before = backend()
+assert "keras" not in sys.modules and "tensorflow" not in sys.modules, "imported too early"
+import keras
+print(before, keras.backend.backend())
+"""
+
+
+@pytest.mark.parametrize("how", ["KERAS_BACKEND", "keras.json"])
+def test_backend_names_keras_choice_before_keras_is_imported(how, tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "KERAS_BACKEND"}
+    env["KERAS_HOME"] = str(tmp_path)
+    if how == "KERAS_BACKEND":
+        env["KERAS_BACKEND"] = backend()
+    else:
+        (tmp_path / "keras.json").write_text(json.dumps({"backend": backend()}))
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split()[-2:] == [backend(), backend()]
