@@ -46,6 +46,7 @@ require_tensorflow(
 
 import tensorflow as tf  # noqa: E402
 
+from companion._cache import cache_root  # noqa: E402
 from companion._checks import check_choice, check_path, check_str  # noqa: E402
 
 #: The C++ source of the ops, inside the installed package.
@@ -66,17 +67,6 @@ class BuildError(RuntimeError):
 
     Taught in chapter 13, "The build cache and its manifest".
     """
-
-
-def cache_root() -> Path:
-    """The folder that holds one subfolder per build key (see the module docstring).
-
-    Taught in chapter 13, "The build cache and its manifest".
-    """
-    if os.environ.get("WHITE_BOX_TF_CACHE"):
-        return Path(os.environ["WHITE_BOX_TF_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "white-box-tf" / "kernels"
 
 
 def compiler() -> str:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from companion._cache import cache_root
 from companion._checks import check_odd_int, describe
 
 #: A separable blur over NHWC float32 images, OpenCV's BORDER_REFLECT_101 at the borders, the
@@ -65,12 +65,8 @@ def build_folder() -> Path:
     """
     import torch
 
-    root = os.environ.get("WHITE_BOX_TF_CACHE")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        root = Path(base) / "white-box-tf" / "kernels"
     key = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
-    return Path(root).expanduser() / f"torch-{torch.__version__}-{key}"
+    return cache_root() / f"torch-{torch.__version__}-{key}"
 
 
 @cache
