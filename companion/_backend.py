@@ -30,7 +30,10 @@ class TensorFlowRequired(ImportError):
     """A TensorFlow-only piece of the companion was used under another Keras backend.
 
     An ``ImportError``, so that ``import companion.pyfunc`` under JAX fails the way a missing
-    package does, with a message that says what to use instead.
+    package does, with a message that says what to use instead. Import it from
+    ``companion.backends``.
+
+    Taught in chapter 14, "What stays TensorFlow-only".
     """
 
 

@@ -109,7 +109,8 @@ def enable_gpu_memory_growth() -> list[str]:
         The names of the GPUs now growing their memory (empty on a CPU-only runtime).
 
     Raises:
-        TensorFlowRequired: Under another backend (naming what to set there instead).
+        companion.backends.TensorFlowRequired: Under another backend (naming what to set there
+            instead).
 
     Taught in chapter 2, "What composing gives you for free".
     """
@@ -145,7 +146,8 @@ def split_cpu(devices: int = 2) -> list[str]:
         ValueError: If ``devices`` is below 1 or above ``MAX_CPU_DEVICES``.
         RuntimeError: If TensorFlow has already started with another number of CPU devices
             (restart the kernel and call it earlier).
-        TensorFlowRequired: Under another backend (naming what to use there instead).
+        companion.backends.TensorFlowRequired: Under another backend (naming what to use there
+            instead).
 
     Taught in chapter 7, "The same loop on two replicas: MirroredStrategy".
     """

@@ -538,7 +538,8 @@ def find_learning_rate(
         TypeError: If an argument has the wrong type.
         ValueError: If the model is not compiled, its learning rate is a schedule, or a number
             is out of range.
-        TensorFlowRequired: If the ``tensorflow`` package (for ``tf.data``) is not installed.
+        companion.backends.TensorFlowRequired: If the ``tensorflow`` package (for ``tf.data``) is
+            not installed.
 
     Taught in chapter 8, "A learning-rate range test".
     """

@@ -41,7 +41,8 @@ def traced_ops(
     Raises:
         TypeError: If ``fn`` is not callable, or ``ignore`` is not a collection of names (a
             single str is refused: it would be read one letter at a time).
-        TensorFlowRequired: Under another backend (naming its way to see a trace).
+        companion.backends.TensorFlowRequired: Under another backend (naming its way to see a
+            trace).
 
     Example:
         >>> import tensorflow as tf

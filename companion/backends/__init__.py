@@ -15,7 +15,7 @@ Backends: TensorFlow, JAX, PyTorch.
 
 from __future__ import annotations
 
-from companion._backend import BACKEND_NAMES, BACKENDS
+from companion._backend import BACKEND_NAMES, BACKENDS, TensorFlowRequired
 from companion.backends._autodiff import LOOPS, gradient, train_by_hand
 from companion.backends._keras_file import resume_here, save_here
 from companion.backends._probes import CHANGED, TF_ONLY, UNCHANGED
@@ -44,6 +44,7 @@ __all__ = [
     "UNCHANGED",
     "BackendRunError",
     "StepModel",
+    "TensorFlowRequired",
     "changed_cells",
     "compare_step_speed",
     "gradient",

@@ -42,9 +42,9 @@ def compare_step_speed(
         repeats: Timed epochs in each child (an int >= 1).
 
     Returns:
-        Per backend: ``median`` ms per step over every repeat of every round, ``low`` and
-        ``high`` (the smallest and largest figure) and ``ratio`` (median over the first
-        backend's median).
+        A dict by backend name, each with ``median`` ms per step over every repeat of every
+        round, ``low`` and ``high`` (the smallest and largest figure) and ``ratio`` (median
+        over the first backend's median).
 
     Raises:
         TypeError: If ``rounds`` or ``repeats`` is not an int, ``backends`` not a list.

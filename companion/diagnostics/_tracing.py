@@ -136,7 +136,8 @@ def count_traces(fn: Callable[..., Any] | None = None, /, **tf_function_kwargs: 
 
     Raises:
         TypeError: If ``fn`` is not callable.
-        TensorFlowRequired: Under another backend (retracing is ``tf.function``'s).
+        companion.backends.TensorFlowRequired: Under another backend (retracing is
+            ``tf.function``'s).
 
     Example:
         >>> import tensorflow as tf

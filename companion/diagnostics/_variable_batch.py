@@ -44,7 +44,8 @@ def check_variable_batch(layer: Any, sample_input: Any) -> list[str]:
             arrays of numbers.
         ValueError: If an input of ``sample_input`` has no batch dimension or a batch below 2,
             or the layer cannot be called on it (eagerly: nothing to compare the trace with).
-        TensorFlowRequired: Under another backend (the trace is ``tf.function``'s).
+        companion.backends.TensorFlowRequired: Under another backend (the trace is
+            ``tf.function``'s).
 
     Example:
         >>> import keras

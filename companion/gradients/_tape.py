@@ -46,7 +46,7 @@ def value_and_gradient(fn: Callable[[Any], Any], x: Any) -> tuple[np.ndarray, np
 
     Raises:
         TypeError: If ``fn`` is not callable or ``x`` is not floating point.
-        TensorFlowRequired: Under another backend (naming its gradient function).
+        companion.backends.TensorFlowRequired: Under another backend (naming its gradient function).
 
     Example:
         >>> import tensorflow as tf
