@@ -136,8 +136,9 @@ EXERCISES = (
         (
             "TensorFlow and JAX call the gradient function with the upstream gradient alone; "
             "PyTorch passes the saved inputs first and the upstream gradient by keyword.",
-            "def grad(*args, upstream=None): if upstream is None, the upstream gradient is "
-            "args[0]; return upstream * ops.sigmoid(x).",
+            "Give grad any positional arguments and a keyword upstream that defaults to None. "
+            "When upstream is None, the upstream gradient is the first positional argument; "
+            "either way, multiply it by ops.sigmoid(x).",
         ),
     ),
     Exercise(
