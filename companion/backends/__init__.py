@@ -5,8 +5,11 @@ runs a function in a fresh process with ``KERAS_BACKEND`` set and brings back it
 result. One probe per customisation (``ROWS``) runs it on the running backend and returns the
 table's cell: ``"runs unchanged"``, ``"runs with this change: ..."`` or ``"TF-only → use ..."``;
 ``portability_table()`` fills every column, and ``EXPECTED`` is the table as last found.
-``StepModel`` is chapter 8's model with its ``train_step`` written for each backend
-(``TRAIN_STEPS``), and ``compare_step_speed`` times it side by side.
+``TRAIN_STEPS`` and ``TEST_STEPS`` are a ``train_step`` and a ``test_step`` for each backend that
+train any compiled model as Keras's own steps do; ``step_gaps`` measures that on
+``ordinary_model`` (an L2 regularizer, an ``add_loss`` term, Dropout, BatchNormalization, sample
+weights). ``StepModel`` is chapter 8's regressor with those steps, and ``compare_step_speed``
+times it side by side.
 
 Each probe runs on every backend: the customisation itself, or its replacement there.
 
@@ -21,7 +24,17 @@ from companion.backends._keras_file import resume_here, save_here
 from companion.backends._probes import CHANGED, TF_ONLY, UNCHANGED
 from companion.backends._runner import BACKEND_ENV, BackendRunError, run_on_backend
 from companion.backends._speed import compare_step_speed
-from companion.backends._steps import TRAIN_STEPS, StepModel, step_losses
+from companion.backends._steps import (
+    TEST_STEPS,
+    TRAIN_STEPS,
+    CustomStepModel,
+    StepModel,
+    VAESampling,
+    ordinary_data,
+    ordinary_model,
+    step_gaps,
+    step_losses,
+)
 from companion.backends._table import (
     EXPECTED,
     ROWS,
@@ -39,20 +52,26 @@ __all__ = [
     "EXPECTED",
     "LOOPS",
     "ROWS",
+    "TEST_STEPS",
     "TF_ONLY",
     "TRAIN_STEPS",
     "UNCHANGED",
     "BackendRunError",
+    "CustomStepModel",
     "StepModel",
     "TensorFlowRequired",
+    "VAESampling",
     "changed_cells",
     "compare_step_speed",
     "gradient",
+    "ordinary_data",
+    "ordinary_model",
     "portability_table",
     "probe_column",
     "resume_here",
     "run_on_backend",
     "save_here",
+    "step_gaps",
     "step_losses",
     "torch_blur",
     "train_by_hand",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import keras
 import numpy as np
 
 from companion._checks import check_callable, check_int, describe
+from companion.backends._probes import TF_ONLY, UNCHANGED
 
 
 def _tensorflow_gradient(fn: Callable[[Any], Any], x: np.ndarray) -> np.ndarray:
@@ -41,12 +43,17 @@ def gradient(fn: Callable[[Any], Any], x: Any) -> np.ndarray:
 
     ``tf.GradientTape`` on TensorFlow, ``jax.grad`` on JAX, ``backward()`` on PyTorch.
 
+    On JAX the gradient of a float64 ``x`` is float32: JAX computes in float32 unless x64 is
+    turned on (``jax.config.update("jax_enable_x64", True)`` before its first array).
+    TensorFlow and PyTorch keep float64.
+
     Args:
         fn: A function of one tensor, written in ``keras.ops`` (or the backend's own ops).
         x: A float array (NumPy or nested lists).
 
     Returns:
-        The gradient as a NumPy array of ``x``'s shape.
+        The gradient as a NumPy array of ``x``'s shape, of ``x``'s dtype (float32 for float64
+        on JAX without x64).
 
     Raises:
         TypeError: If ``fn`` is not callable.
@@ -72,9 +79,10 @@ GRADIENTS = {
 def _tensorflow_loop(model: keras.Model, batches: list, optimizer: Any) -> None:
     import tensorflow as tf
 
-    for x, y in batches:
+    for x, y, sample_weight in batches:
         with tf.GradientTape() as tape:
-            loss = model.compute_loss(x, y, model(x, training=True))
+            y_pred = model(x, training=True)
+            loss = model.compute_loss(x, y, y_pred, sample_weight, training=True)
         gradients = tape.gradient(loss, model.trainable_variables)
         optimizer.apply(gradients, model.trainable_variables)
 
@@ -82,29 +90,39 @@ def _tensorflow_loop(model: keras.Model, batches: list, optimizer: Any) -> None:
 def _jax_loop(model: keras.Model, batches: list, optimizer: Any) -> None:
     import jax
 
-    def loss_of(trainable, non_trainable, x, y):
-        y_pred, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
-        return model.compute_loss(x, y, y_pred), non_trainable
+    def step(state, metric_values, x, y, sample_weight):
+        trainable, non_trainable, optimizer_values = state
+        grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
+        (_, (_, _, non_trainable, _)), gradients = grad_fn(
+            trainable, non_trainable, metric_values, x, y, sample_weight,
+            training=True, optimizer_variables=optimizer_values,
+        )  # fmt: skip
+        trainable, optimizer_values = optimizer.stateless_apply(
+            optimizer_values, gradients, trainable
+        )
+        return trainable, non_trainable, optimizer_values
 
-    optimizer.build(model.trainable_variables)
-    trainable = [v.value for v in model.trainable_variables]
-    non_trainable = [v.value for v in model.non_trainable_variables]
-    state = [v.value for v in optimizer.variables]
-    step = jax.jit(jax.value_and_grad(loss_of, has_aux=True))
-    for x, y in batches:
-        (_, non_trainable), gradients = step(trainable, non_trainable, x, y)
-        trainable, state = optimizer.stateless_apply(state, gradients, trainable)
-    for variable, value in zip(model.trainable_variables, trainable):
-        variable.assign(value)  # the loop kept the weights outside the model: put them back
+    if not optimizer.built:
+        optimizer.build(model.trainable_variables)
+    # The loop keeps the state outside the model, and puts all of it back at the end.
+    variables = (model.trainable_variables, model.non_trainable_variables, optimizer.variables)
+    state = [[v.value for v in group] for group in variables]
+    metric_values = [v.value for v in model.metrics_variables]
+    step = jax.jit(step)
+    for x, y, sample_weight in batches:
+        state = step(state, metric_values, x, y, sample_weight)
+    for group, values in zip(variables, state):
+        for variable, value in zip(group, values):
+            variable.assign(value)
 
 
 def _torch_loop(model: keras.Model, batches: list, optimizer: Any) -> None:
     import torch
 
-    for x, y in batches:
+    for x, y, sample_weight in batches:
         model.zero_grad()
-        loss = model.compute_loss(x, y, model(x, training=True))
-        loss.backward()
+        y_pred = model(x, training=True)
+        model.compute_loss(x, y, y_pred, sample_weight, training=True).backward()
         variables = model.trainable_variables
         with torch.no_grad():
             optimizer.apply([v.value.grad for v in variables], variables)
@@ -114,14 +132,23 @@ def _torch_loop(model: keras.Model, batches: list, optimizer: Any) -> None:
 LOOPS = {"tensorflow": _tensorflow_loop, "jax": _jax_loop, "torch": _torch_loop}
 
 
-def train_by_hand(model: keras.Model, x: Any, y: Any, *, batch_size: int = 16) -> keras.Model:
+def train_by_hand(
+    model: keras.Model, x: Any, y: Any, *, sample_weight: Any = None, batch_size: int = 16
+) -> keras.Model:
     """Train ``model`` one epoch on ``(x, y)`` with its compiled optimizer and loss, in the
     running backend's own loop (no ``fit``); batches in order, as ``fit(shuffle=False)``.
+
+    It trains as ``fit`` does: the loss holds the regularizers' penalties and the ``add_loss``
+    terms, layers run with ``training=True``, and the optimizer's state (its iterations, Adam's
+    moments) and the non-trainable variables (BatchNormalization's statistics, seed
+    generators' states) are the model's and its optimizer's, so a second call continues the
+    first. The metrics are not updated.
 
     Args:
         model: A compiled, built ``keras.Model``.
         x: The inputs (a NumPy array).
         y: The targets (a NumPy array).
+        sample_weight: A weight per example (a NumPy array of ``len(x)``), or None.
         batch_size: Examples per step (an int >= 1).
 
     Returns:
@@ -129,7 +156,8 @@ def train_by_hand(model: keras.Model, x: Any, y: Any, *, batch_size: int = 16) -
 
     Raises:
         TypeError: If ``model`` is not a compiled ``keras.Model`` or ``batch_size`` not an int.
-        ValueError: If ``batch_size`` is below 1.
+        ValueError: If ``batch_size`` is below 1, or ``sample_weight`` is not one number per
+            example.
 
     Example:
         >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
@@ -143,8 +171,45 @@ def train_by_hand(model: keras.Model, x: Any, y: Any, *, batch_size: int = 16) -
     if not isinstance(model, keras.Model) or getattr(model, "optimizer", None) is None:
         raise TypeError(f"model: expected a compiled keras.Model, got {describe(model)}")
     batch_size = check_int(batch_size, "batch_size", minimum=1)
+    if sample_weight is not None:
+        weights = np.asarray(sample_weight)
+        if weights.shape != (len(x),) or not np.issubdtype(weights.dtype, np.number):
+            raise ValueError(
+                f"sample_weight: expected None or one number per example ({len(x)}), "
+                f"got {describe(sample_weight)}"
+            )
     tensor = keras.ops.convert_to_tensor
-    starts = range(0, len(x), batch_size)
-    batches = [(tensor(x[i : i + batch_size]), tensor(y[i : i + batch_size])) for i in starts]
+
+    def batch(values: Any, i: int) -> Any:
+        return None if values is None else tensor(values[i : i + batch_size])
+
+    batches = [
+        (batch(x, i), batch(y, i), batch(sample_weight, i)) for i in range(0, len(x), batch_size)
+    ]
     LOOPS[keras.backend.backend()](model, batches, model.optimizer)
     return model
+
+
+def probe_tape_loop() -> str:
+    """``train_by_hand`` equals ``fit`` on ``ordinary_model`` (an L2 regularizer, ``add_loss``,
+    BatchNormalization, Dropout, sample weights, Adam): two calls against two epochs, every
+    weight within 1e-5, the optimizer's iterations and variables within 1e-5 too."""
+    from companion.backends._steps import ordinary_data, ordinary_model
+
+    x, y, sample_weight = ordinary_data()
+    looped, fitted = ordinary_model(), ordinary_model()
+    for _ in range(2):
+        train_by_hand(looped, x, y, sample_weight=sample_weight)
+    fitted.fit(x, y, sample_weight=sample_weight, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    for what in ["weights", "optimizer.variables"]:
+        ours, theirs = (
+            [keras.ops.convert_to_numpy(v) for v in attrgetter(what)(m)] for m in (looped, fitted)
+        )
+        gap = max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs))
+        if len(ours) != len(theirs) or not gap <= 1e-5:
+            raise AssertionError(f"train_by_hand against fit, {what}: {gap:.3g} > 1e-05")
+    return {
+        "tensorflow": UNCHANGED,
+        "jax": TF_ONLY + "jax.value_and_grad",
+        "torch": TF_ONLY + "loss.backward() (torch autograd)",
+    }[keras.backend.backend()]

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from companion._backend import BACKEND_NAMES, BACKENDS
 from companion._checks import check_choice, check_instance, check_sequence, check_str
 from companion._subprocess import check_timeout
-from companion.backends import _distribute, _keras_file, _probes, _tf_only
+from companion.backends import _autodiff, _distribute, _keras_file, _probes, _steps, _tf_only
 from companion.backends._runner import run_on_backend
 from companion.backends._steps import step_losses
 
@@ -25,11 +25,11 @@ ROWS = {
     "overridden compute_loss": _probes.probe_compute_loss,
     "keras.ops.custom_gradient": _probes.probe_custom_gradient,
     ".keras file saved under TensorFlow": _keras_file.probe_keras_file,
-    "chapter 8's train_step": _tf_only.probe_train_step,
+    "chapter 8's train_step": _steps.probe_train_step,
     "tf.py_function": _tf_only.probe_py_function,
     "tf.custom_gradient": _tf_only.probe_tf_custom_gradient,
     "compiled C++ op (chapter 13)": _tf_only.probe_compiled_op,
-    "GradientTape loop": _tf_only.probe_tape_loop,
+    "GradientTape loop": _autodiff.probe_tape_loop,
     "tf.distribute": _distribute.probe_distribute,
 }
 

@@ -7,9 +7,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from companion.backends._autodiff import gradient, train_by_hand
-from companion.backends._probes import CHANGED, TF_ONLY, UNCHANGED
-from companion.backends._steps import step_data, step_losses, step_model
+from companion.backends._autodiff import gradient
+from companion.backends._probes import TF_ONLY, UNCHANGED
 
 _BACKEND = keras.backend.backend()
 
@@ -105,29 +104,3 @@ def probe_compiled_op() -> str:
 
     _close(torch_blur(images, 5), reference, 1e-5, "torch extension")
     return TF_ONLY + "a C++ extension (torch.utils.cpp_extension)"
-
-
-def probe_tape_loop() -> str:
-    """A hand-written training loop reaches ``fit``'s weights within 1e-6: ``GradientTape``,
-    ``jax.value_and_grad`` with ``stateless_call``, or ``backward()``."""
-    x, y = step_data()
-    looped = train_by_hand(step_model(custom_step=False), x, y).get_weights()
-    fitted = step_model(custom_step=False)
-    fitted.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
-    for ours, theirs in zip(looped, fitted.get_weights()):
-        _close(ours, theirs, 1e-6, "loop against fit")
-    return {
-        "tensorflow": UNCHANGED,
-        "jax": TF_ONLY + "jax.value_and_grad",
-        "torch": TF_ONLY + "loss.backward() (torch autograd)",
-    }[_BACKEND]
-
-
-def probe_train_step() -> str:
-    """Chapter 8's ``train_step`` (``StepModel``) trains to plain ``fit``'s losses within 1e-6."""
-    _close(step_losses(custom_step=True), step_losses(custom_step=False), 1e-6, "train_step")
-    return {
-        "tensorflow": UNCHANGED,
-        "jax": CHANGED + "a stateless train_step(self, state, data)",
-        "torch": CHANGED + "zero_grad, backward, optimizer.apply",
-    }[_BACKEND]

@@ -1,21 +1,26 @@
 """Bad inputs for ``companion.backends``: the runner, the table, the steps and the extension."""
 
+import keras
 import numpy as np
-from helpers.badinput import Bool, Callable_, Case, Int, Kind, Real, Seq, Str
+from helpers.badinput import Bool, Callable_, Case, Int, Kind, Real, Seq, Str, is_real
 from suites.bad_inputs.cluster import ENV
 
 from companion._subprocess import MAX_TIMEOUT
 from companion.backends import (
     BACKENDS,
     ROWS,
+    VAESampling,
     changed_cells,
     compare_step_speed,
     gradient,
+    ordinary_data,
+    ordinary_model,
     portability_table,
     probe_column,
     resume_here,
     run_on_backend,
     save_here,
+    step_gaps,
     step_losses,
     torch_blur,
     train_by_hand,
@@ -34,6 +39,16 @@ DEF_FUNCTION = Kind(
 BACKEND_LIST = Seq(Str(*BACKENDS))
 
 IMAGES = [[[[0.5]]]]  # one 1x1 image, one channel
+MODEL_CLASS = Kind(
+    "a keras.Model subclass", lambda v: isinstance(v, type) and issubclass(v, keras.Model)
+)
+
+
+def _compiled():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    return model
+
 
 CASES = [
     Case(
@@ -95,8 +110,39 @@ CASES = [
     Case(
         "train_by_hand",
         train_by_hand,
-        {"model": None, "x": [], "y": [], "batch_size": 16},
+        {"model": None, "x": [], "y": [], "batch_size": 16, "sample_weight": None},
         {"model": Kind("a compiled keras.Model", lambda v: False)},
+    ),
+    Case(
+        "train_by_hand",
+        lambda **kwargs: train_by_hand(_compiled(), **kwargs),
+        {"x": [[1.0]], "y": [[1.0]], "batch_size": 16, "sample_weight": None},
+        {
+            "sample_weight": Kind(
+                "None or one number per example",
+                lambda v: v is None or (np.shape(v) == (1,) and is_real(np.asarray(v)[0])),
+            ),
+            "batch_size": Int(1),
+        },
+    ),
+    Case("ordinary_data", ordinary_data, {"n": 1}, {"n": Int(1)}),
+    Case(
+        "ordinary_model",
+        ordinary_model,
+        {"model_class": keras.Model, "l2": 0.0},
+        {"model_class": MODEL_CLASS, "l2": Real(minimum=0)},
+    ),
+    Case(
+        "step_gaps",
+        step_gaps,
+        {"model_class": keras.Model, "epochs": 1},
+        {"model_class": MODEL_CLASS, "epochs": Int(1)},
+    ),
+    Case(
+        "VAESampling",
+        VAESampling,
+        {"kl_weight": 0.01, "seed": 0},
+        {"kl_weight": Real(minimum=0), "seed": Int(0, 2**32 - 1)},
     ),
     Case(
         "torch_blur",
@@ -123,6 +169,7 @@ CASES = [
 
 EXEMPT = {
     "StepModel": "keras.Model's keyword arguments, checked by Keras",
+    "CustomStepModel": "keras.Model's arguments, checked by Keras",
     "BackendRunError": "an exception: its message",
     "TensorFlowRequired": "an exception: its message",
 }

@@ -1,5 +1,6 @@
 """Chapter 14's exercise checks: a correct answer passes, each likely mistake is named."""
 
+import pytest
 from keras import ops
 
 
@@ -35,35 +36,89 @@ def test_a_custom_gradient_every_backend_calls(accepted, caught):
 
 def train_step(self, state, data):
     import jax
+    import keras
 
-    trainable, non_trainable, optimizer_variables, metric_variables = state
-    x, y = data
+    trainable, non_trainable, opt_vars, metric_vars = state
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    grad_fn = jax.value_and_grad(self.compute_loss_and_updates, has_aux=True)
+    (_, (loss, y_pred, non_trainable, metric_vars)), grads = grad_fn(
+        trainable, non_trainable, metric_vars, x, y, sample_weight,
+        training=True, optimizer_variables=opt_vars,
+    )  # fmt: skip
+    trainable, opt_vars = self.optimizer.stateless_apply(opt_vars, grads, trainable)
+    with keras.StatelessScope(list(zip(self.metrics_variables, metric_vars))) as scope:
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss, sample_weight=len(y))
+        logs = self.compute_metrics(x, y, y_pred, sample_weight)
+    metric_vars = [scope.get_current_value(v) for v in self.metrics_variables]
+    return logs, (trainable, non_trainable, opt_vars, metric_vars)
+
+
+def step_without_the_regularizer(self, state, data):
+    import jax
+    import keras
+
+    trainable, non_trainable, opt_vars, metric_vars = state
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+
+    def loss_of(trainable):  # the compiled loss alone: no L2 penalty, no add_loss term
+        y_pred, new_non_trainable = self.stateless_call(trainable, non_trainable, x, training=True)
+        loss = keras.losses.MeanSquaredError()(y, y_pred, sample_weight)
+        return loss, (y_pred, new_non_trainable)
+
+    (loss, (y_pred, non_trainable)), grads = jax.value_and_grad(loss_of, has_aux=True)(trainable)
+    trainable, opt_vars = self.optimizer.stateless_apply(opt_vars, grads, trainable)
+    with keras.StatelessScope(list(zip(self.metrics_variables, metric_vars))) as scope:
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss, sample_weight=len(y))
+        logs = self.compute_metrics(x, y, y_pred, sample_weight)
+    metric_vars = [scope.get_current_value(v) for v in self.metrics_variables]
+    return logs, (trainable, non_trainable, opt_vars, metric_vars)
+
+
+def step_in_inference_mode(self, state, data):
+    import jax
+    import keras
+
+    trainable, non_trainable, opt_vars, metric_vars = state
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    grad_fn = jax.value_and_grad(self.compute_loss_and_updates, has_aux=True)
+    (_, (loss, y_pred, non_trainable, metric_vars)), grads = grad_fn(
+        trainable, non_trainable, metric_vars, x, y, sample_weight,
+        training=False, optimizer_variables=opt_vars,
+    )  # fmt: skip
+    trainable, opt_vars = self.optimizer.stateless_apply(opt_vars, grads, trainable)
+    with keras.StatelessScope(list(zip(self.metrics_variables, metric_vars))) as scope:
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss, sample_weight=len(y))
+        logs = self.compute_metrics(x, y, y_pred, sample_weight)
+    metric_vars = [scope.get_current_value(v) for v in self.metrics_variables]
+    return logs, (trainable, non_trainable, opt_vars, metric_vars)
+
+
+def step_with_a_stateful_loss(self, state, data):  # the chapter's first version
+    import jax
+
+    trainable, non_trainable, opt_vars, metric_vars = state
+    x, y = data[:2]
 
     def loss_of(trainable):
         y_pred, new_non_trainable = self.stateless_call(trainable, non_trainable, x)
         return self.compute_loss(x, y, y_pred), (y_pred, new_non_trainable)
 
     (loss, (y_pred, non_trainable)), grads = jax.value_and_grad(loss_of, has_aux=True)(trainable)
-    trainable, optimizer_variables = self.optimizer.stateless_apply(
-        optimizer_variables, grads, trainable
-    )
-    logs, new_metric_variables = {}, []
-    for metric in self.metrics:
-        mine = metric_variables[len(new_metric_variables) :][: len(metric.variables)]
-        if metric.name == "loss":
-            mine = metric.stateless_update_state(mine, loss)
-        else:
-            mine = metric.stateless_update_state(mine, y, y_pred)
-        logs[metric.name] = metric.stateless_result(mine)
-        new_metric_variables += mine
-    return logs, (trainable, non_trainable, optimizer_variables, new_metric_variables)
+    trainable, opt_vars = self.optimizer.stateless_apply(opt_vars, grads, trainable)
+    return {"loss": loss}, (trainable, non_trainable, opt_vars, metric_vars)
 
 
 def step_without_state(self, state, data):
     import jax
 
     trainable, non_trainable, optimizer_variables, metric_variables = state
-    x, y = data
+    x, y = data[:2]
 
     def loss_of(trainable):
         y_pred, _ = self.stateless_call(trainable, non_trainable, x)
@@ -74,25 +129,9 @@ def step_without_state(self, state, data):
     return {"loss": loss}
 
 
-def step_with_old_weights(self, state, data):
-    import jax
-
-    trainable, non_trainable, optimizer_variables, metric_variables = state
-    x, y = data
-
-    def loss_of(trainable):
-        y_pred, _ = self.stateless_call(trainable, non_trainable, x)
-        return self.compute_loss(x, y, y_pred)
-
-    loss, grads = jax.value_and_grad(loss_of)(trainable)
-    metric = self.metrics[0]
-    mine = metric.stateless_update_state(metric_variables[: len(metric.variables)], loss)
-    mine += metric_variables[len(metric.variables) :]
-    logs = {"loss": metric.stateless_result(mine[: len(metric.variables)])}
-    return logs, (trainable, non_trainable, optimizer_variables, mine)
-
-
-def test_a_jax_step_that_returns_its_state(accepted, caught):
+@pytest.mark.slow  # four JAX children, each training the ordinary model under fit
+def test_a_jax_step_that_trains_an_ordinary_model(accepted, caught):
     accepted("14.2", train_step)
-    caught("14.2", step_without_state, r"return \(logs, state\)")
-    caught("14.2", step_with_old_weights, r"the loss never falls")
+    caught("14.2", step_without_the_regularizer, r"regularizer's penalty")
+    caught("14.2", step_in_inference_mode, r"training=True")
+    caught("14.2", step_with_a_stateful_loss, r"NoneType.*compute_loss_and_updates")
