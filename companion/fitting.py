@@ -10,13 +10,13 @@
 
 ``GuardedModel`` has a step per backend: TensorFlow's (``GradientTape``, ``tf.distribute``
 replicas), JAX's stateless ``train_step(state, data)`` (the skip a ``jnp.where`` over new and old
-state) and PyTorch's (``backward``, a Python ``if``). ``find_learning_rate`` takes a
-``tf.data.Dataset``, which Keras feeds to every backend (it needs the ``tensorflow`` package).
+state) and PyTorch's (``backward``, a Python ``if``). ``find_learning_rate`` takes what
+``model.fit`` reads on every backend: NumPy arrays, a ``keras.utils.PyDataset``, a
+``tf.data.Dataset`` or a PyTorch ``DataLoader`` (its machinery is in ``companion._lr_finder``).
 
 Backends: TensorFlow, JAX, PyTorch.
 """
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,6 @@ from keras import ops
 # Not exported by keras: the base of GuardedModel's functional form (see _init_functional).
 from keras.src.models.functional import Functional
 
-from companion._backend import TensorFlowRequired
 from companion._checks import (
     check_bool,
     check_clip_norm,
@@ -40,6 +39,7 @@ from companion._checks import (
 )
 from companion._clipping import clip_by_global_norm
 from companion._finite import has_nonfinite, nonfinite_flag
+from companion._lr_finder import RangeTest, fit_inputs, suggest_rate
 
 __all__ = ["ExpectedCalibrationError", "GuardedModel", "LearningRateRange", "find_learning_rate"]
 
@@ -473,39 +473,6 @@ def _check_recorded_loss(loss: Any, name: str) -> float:
     return float(loss)
 
 
-class _RangeTest(keras.callbacks.Callback):
-    """Sets a growing learning rate before each batch and records the batch's loss."""
-
-    def __init__(self, rates: list[float], divergence: float) -> None:
-        super().__init__()
-        self.rates, self.divergence = rates, divergence
-        self.losses: list[float] = []
-        self.diverged = False
-
-    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self.model.reset_metrics()  # so that logs["loss"] is this batch's, not the epoch's mean
-        self.model.optimizer.learning_rate = self.rates[len(self.losses)]
-
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        loss = float(logs["loss"])
-        self.losses.append(loss)
-        if not math.isfinite(loss) or loss > self.divergence * min(self.losses):
-            self.diverged = True
-            self.model.stop_training = True
-
-
-def _dataset_class() -> type:
-    """``tf.data.Dataset`` (Keras feeds it to every backend); the project's error without TF."""
-    try:
-        import tensorflow as tf
-    except ImportError as error:
-        raise TensorFlowRequired(
-            "companion.fitting.find_learning_rate needs the tensorflow package for its "
-            "tf.data.Dataset (it runs on every Keras backend): pip install tensorflow-cpu"
-        ) from error
-    return tf.data.Dataset
-
-
 def find_learning_rate(
     model: keras.Model,
     dataset: Any,
@@ -513,6 +480,7 @@ def find_learning_rate(
     min_lr: float = 1e-6,
     max_lr: float = 1.0,
     steps: int = 100,
+    batch_size: int | None = None,
 ) -> LearningRateRange:
     """Learning-rate range test (Smith, 2017): train briefly with a growing rate, then undo it.
 
@@ -526,25 +494,39 @@ def find_learning_rate(
     Args:
         model: A compiled ``keras.Model`` whose optimizer has a plain (not scheduled) learning
             rate.
-        dataset: A batched ``tf.data.Dataset`` of ``(inputs, targets)``, as for ``model.fit``.
+        dataset: Batches of ``(inputs, targets)`` as ``model.fit`` reads them on every backend:
+            a ``tf.data.Dataset``, a ``keras.utils.PyDataset`` or a PyTorch ``DataLoader``, or
+            a tuple ``(x, y)`` of NumPy arrays, taken in order in batches of ``batch_size``.
         min_lr: The first learning rate (> 0).
         max_lr: The last learning rate (> ``min_lr``).
         steps: Number of batches, an int from 2 to ``MAX_RANGE_STEPS``.
+        batch_size: The batch size of NumPy arrays (default 32); None for a dataset, which
+            makes its own batches.
 
     Returns:
         A :class:`LearningRateRange`: rates, losses, a suggestion, whether the loss diverged.
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If the model is not compiled, its learning rate is a schedule, or a number
-            is out of range.
-        companion.backends.TensorFlowRequired: If the ``tensorflow`` package (for ``tf.data``) is
-            not installed.
+        ValueError: If the model is not compiled, its learning rate is a schedule, the dataset
+            has no batch, or a number is out of range.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        >>> model.compile(keras.optimizers.SGD(0.01), "mse")
+        >>> x = np.random.default_rng(0).normal(size=(64, 3)).astype("float32")
+        >>> data = (x, x.sum(axis=1))  # NumPy arrays: no TensorFlow needed
+        >>> found = find_learning_rate(
+        ...     model, data, min_lr=1e-3, max_lr=0.1, steps=10, batch_size=16
+        ... )
+        >>> len(found.losses), found.diverged, found.learning_rates[-1]
+        (10, False, 0.1)
 
     Taught in chapter 8, "A learning-rate range test".
     """
     check_instance(model, "model", keras.Model, "a keras.Model")
-    check_instance(dataset, "dataset", _dataset_class(), "a tf.data.Dataset")
+    inputs = fit_inputs(dataset, batch_size)
     min_lr = check_real(min_lr, "min_lr", above=0, dtype="float32")
     max_lr = check_real(max_lr, "max_lr", above=min_lr, dtype="float32")
     steps = check_int(steps, "steps", minimum=2, maximum=MAX_RANGE_STEPS)
@@ -562,38 +544,26 @@ def find_learning_rate(
         optimizer.build(model.trainable_variables)
     saved = [ops.convert_to_numpy(v) for v in model.variables + optimizer.variables]
     rates = [min_lr * (max_lr / min_lr) ** (i / (steps - 1)) for i in range(steps)]
-    test = _RangeTest(rates, divergence=4.0)
+    test = RangeTest(rates, divergence=4.0)
     # Keras calls batch hooks once per execution: one step per execution for the test, so that
-    # every step gets its own rate and its own recorded loss.
+    # every step gets its own rate and its own recorded loss. Each epoch has a batch at least,
+    # and the test stops training after its last rate: `steps` epochs are enough.
     steps_per_execution = model.steps_per_execution
     try:
         if steps_per_execution != 1:
             model.steps_per_execution, model.train_function = 1, None
-        model.fit(
-            dataset.repeat(), steps_per_epoch=steps, callbacks=[test], verbose=0, shuffle=False
-        )
+        model.fit(**inputs, epochs=steps, callbacks=[test], verbose=0, shuffle=False)
     finally:
         for variable, value in zip(model.variables + optimizer.variables, saved):
             variable.assign(value)
         if steps_per_execution != 1:
             model.steps_per_execution, model.train_function = steps_per_execution, None
     losses = test.losses
+    if not losses:
+        raise ValueError(f"dataset: expected at least one batch, got none from {describe(dataset)}")
     return LearningRateRange(
         learning_rates=rates[: len(losses)],
         losses=losses,
-        suggestion=_suggestion(rates[: len(losses)], losses, min_lr),
+        suggestion=suggest_rate(rates[: len(losses)], losses, min_lr),
         diverged=test.diverged,
     )
-
-
-def _suggestion(rates: list[float], losses: list[float], min_lr: float) -> float:
-    """A tenth of the rate where the exponentially smoothed loss (0.9, bias-corrected) is
-    lowest, never below ``min_lr``."""
-    smoothed, average = [], 0.0
-    for i, loss in enumerate(losses):
-        if not math.isfinite(loss):
-            break
-        average = 0.9 * average + 0.1 * loss
-        smoothed.append(average / (1 - 0.9 ** (i + 1)))
-    best = min(range(len(smoothed)), key=smoothed.__getitem__) if smoothed else 0
-    return max(min_lr, rates[best] / 10)

@@ -1,12 +1,15 @@
 """Shared by the test files: TensorFlow's C++ log level; chapters 3 and 13's blur references;
-floatx float64 for one test."""
+floatx float64 for one test.
+
+Nothing here imports OpenCV, TensorFlow or Keras at the top: ``tests/portable`` runs where only
+the portable modules' imports are installed (``make test-backends``), and a fixture imports what
+it needs when a test asks for it."""
 
 import os
 
 # pytest imports this file before any test module, so before TensorFlow.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import cv2
 import numpy as np
 import pytest
 
@@ -38,6 +41,7 @@ def random_images():
 @pytest.fixture
 def opencv_blur():
     """``opencv_blur(images, ksize, sigma)``: the independent reference, cv2 image by image."""
+    import cv2  # here: only the blur tests need OpenCV
 
     def blur(images, ksize, sigma):
         blurred = [cv2.GaussianBlur(i, (ksize, ksize), sigma).reshape(i.shape) for i in images]

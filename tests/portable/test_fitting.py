@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from keras import ops
 
-from companion._backend import TensorFlowRequired
 from companion.fitting import ExpectedCalibrationError, GuardedModel, find_learning_rate
 from companion.notebook import run_python
 from companion.optimizers import AdamW, WarmupCosine
@@ -118,22 +117,67 @@ def test_the_calibration_error_as_a_compiled_metric_matches_numpy():
     )
 
 
-def test_find_learning_rate_takes_a_tf_data_dataset_on_every_backend():
-    try:
-        import tensorflow as tf
-    except ImportError:  # a JAX or PyTorch user without the tensorflow package
-        with pytest.raises(TensorFlowRequired, match="tf.data.Dataset"):
-            find_learning_rate(classifier(False), [1, 2])
-        return
+class Batches(keras.utils.PyDataset):
+    """``(x, y)`` in order, ``size`` rows a batch: a PyDataset, which every backend's fit reads."""
+
+    def __init__(self, x, y, size):
+        super().__init__()
+        self.x, self.y, self.size = x, y, size
+
+    def __len__(self):
+        return -(-len(self.x) // self.size)
+
+    def __getitem__(self, index):
+        rows = slice(index * self.size, (index + 1) * self.size)
+        return self.x[rows], self.y[rows]
+
+
+def range_inputs(kind, x, y):
+    """The same batches of 16 rows as each kind of input ``find_learning_rate`` takes."""
+    if kind == "arrays":
+        return (x, y), {"batch_size": BATCH}
+    if kind == "PyDataset":
+        return Batches(x, y, BATCH), {}
+    if kind == "DataLoader":
+        data = pytest.importorskip("torch.utils.data")
+        pairs = data.TensorDataset(*(data.default_convert(a) for a in (x, y)))
+        return data.DataLoader(pairs, batch_size=BATCH, shuffle=False), {}
+    tf = pytest.importorskip("tensorflow")  # a JAX or PyTorch user may not have it
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH), {}
+
+
+@pytest.mark.parametrize("kind", ["arrays", "PyDataset", "DataLoader", "tf.data"])
+def test_find_learning_rate_takes_arrays_a_py_dataset_and_a_data_loader(kind):
+    x, y = classification_data()  # 3 batches, repeated over the 12 steps
+    dataset, options = range_inputs(kind, x, y)
+    model = classifier(False)
+    result = find_learning_rate(model, dataset, min_lr=1e-4, max_lr=1.0, steps=12, **options)
+    assert len(result.losses) == len(result.learning_rates) == 12 and not result.diverged
+    np.testing.assert_allclose(result.learning_rates, np.geomspace(1e-4, 1.0, 12), rtol=1e-6)
+    assert weight_difference(model, classifier(False)) == 0.0  # the weights were put back
+    # The loss of each step is that of its batch, the model as the steps before left it: the
+    # same as a hand-run of those steps, batch by batch, cycling through the data.
+    reference = classifier(False)
+    for step, rate in enumerate(result.learning_rates[:4]):
+        rows = slice(step % 3 * BATCH, (step % 3 + 1) * BATCH)
+        logs = reference.evaluate(x[rows], y[rows], verbose=0, return_dict=True)
+        assert result.losses[step] == pytest.approx(logs["loss"], rel=1e-5), step
+        reference.optimizer.learning_rate = rate
+        reference.train_on_batch(x[rows], y[rows])
+
+
+def test_find_learning_rate_refuses_what_it_cannot_read_in_the_project_form():
     x, y = classification_data()
     model = classifier(False)
-    before = model.get_weights()
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
-    result = find_learning_rate(model, dataset, min_lr=1e-4, max_lr=10.0, steps=12)
-    assert len(result.losses) == len(result.learning_rates) >= 2
-    assert 1e-4 <= result.suggestion <= 10.0
-    assert weight_difference(model, classifier(False)) == 0.0  # the weights were put back
-    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    with pytest.raises(TypeError, match=r"^dataset: expected a tf.data.Dataset, a keras.utils"):
+        find_learning_rate(model, [x, y])
+    with pytest.raises(ValueError, match=r"^dataset: expected \(x, y\) arrays of the same len"):
+        find_learning_rate(model, (x, y[:-1]))
+    with pytest.raises(ValueError, match=r"^batch_size: expected None for a dataset"):
+        find_learning_rate(model, Batches(x, y, BATCH), batch_size=BATCH)
+    with pytest.raises(ValueError, match=r"^dataset: expected at least one batch, got none"):
+        find_learning_rate(model, Batches(x[:0], y[:0], BATCH))
+    assert weight_difference(model, classifier(False)) == 0.0
 
 
 CHILD = """

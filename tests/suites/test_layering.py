@@ -22,6 +22,7 @@ HELPERS |= {"_kernels"}  # chapter 13's build system
 HELPERS |= {"_text", "_clipping", "_subprocess"}  # text, global-norm clipping, child processes
 HELPERS |= {"_backend"}  # which Keras backend runs; the error of TensorFlow-only pieces
 HELPERS |= {"_cache"}  # the per-user cache of compiled code (chapters 13 and 14)
+HELPERS |= {"_lr_finder"}  # chapter 8's range test: its inputs, callback and suggestion
 EARLY_CHAPTERS = {"introspection", "ops", "pyfunc", "tflite", "layers", "gradients"}  # chapters 1-5
 MIDDLE_CHAPTERS = {"models", "training", "fitting", "optimizers"}  # chapters 6-9
 CHAPTERS = EARLY_CHAPTERS | MIDDLE_CHAPTERS | {"diagnostics", "kernels"}

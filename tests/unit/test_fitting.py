@@ -463,6 +463,19 @@ def test_range_test_steps_each_batch_under_steps_per_execution():
     assert len(calls) == 2 and int(model.optimizer.iterations) == 8
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # not "Your input ran out of data"
+def test_range_test_cycles_a_dataset_of_unknown_length_and_numpy_arrays_alike():
+    # 8 batches for 20 steps: each kind is read again from its start, in the same order.
+    expected = find_learning_rate(compiled_regression(), regression_data(), steps=20, max_lr=0.1)
+    unknown = regression_data().filter(lambda x, y: True)  # cardinality unknown: no len()
+    found = find_learning_rate(compiled_regression(), unknown, steps=20, max_lr=0.1)
+    x, y = (np.concatenate(parts) for parts in zip(*regression_data().as_numpy_iterator()))
+    arrays = find_learning_rate(compiled_regression(), (x, y), steps=20, max_lr=0.1, batch_size=8)
+    assert len(expected.losses) == 20 and not expected.diverged
+    np.testing.assert_array_equal(found.losses, expected.losses)
+    np.testing.assert_allclose(arrays.losses, expected.losses, rtol=1e-6)
+
+
 def test_a_range_made_by_hand_is_checked_and_plot_takes_only_axes():
     made = LearningRateRange([1e-3, 1e-2], [1.0, float("nan")], 1e-4, True)
     assert made.losses[1] != made.losses[1]  # NaN: a diverged test records it

@@ -44,6 +44,41 @@ def _data():
     )
 
 
+def _arrays(rows=4):
+    return np.ones((rows, 3), "float32"), np.ones((rows, 1), "float32")
+
+
+class _NoBatches(keras.utils.PyDataset):
+    """A PyDataset with no batch."""
+
+    def __len__(self):
+        return 0
+
+
+def _is_dataset(value):
+    """What find_learning_rate reads: a dataset, or (x, y) arrays of the same length >= 1."""
+    if isinstance(value, tuple) and len(value) == 2:
+        x, y = value
+        arrays = isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and min(x.ndim, y.ndim)
+        return bool(arrays) and len(x) == len(y) > 0
+    batches = value.num_batches if isinstance(value, keras.utils.PyDataset) else None
+    return isinstance(value, (tf.data.Dataset, keras.utils.PyDataset)) and batches != 0
+
+
+DATASET = Kind(
+    "a tf.data.Dataset, a PyDataset or (x, y) arrays of the same length >= 1",
+    _is_dataset,
+    extra_bad=(
+        (_arrays(4)[0], _arrays(3)[1]),  # one target short
+        _arrays(0),  # no rows
+        (np.float32(1.0), np.float32(1.0)),  # scalars
+        ([[1.0, 2.0, 3.0]], [[1.0]]),  # lists, not arrays
+        (_arrays()[0],),  # no targets
+        _NoBatches(),
+    ),
+)
+
+
 def _update(y_pred):
     ExpectedCalibrationError().update_state([0, 1], y_pred)
 
@@ -74,12 +109,19 @@ CASES = [
         },
         {
             "model": Instance(keras.Model, what="a compiled keras.Model"),
-            "dataset": Instance(tf.data.Dataset, what="a tf.data.Dataset"),
+            "dataset": DATASET,
             "min_lr": Real(above=0, maximum=0.1),
             "max_lr": Real(above=1e-3, maximum=FLOAT32_MAX),
             "steps": Int(2, MAX_RANGE_STEPS),
+            "batch_size": Kind("None for a dataset", lambda v: v is None),
         },
         names={"min_lr": ("min_lr", "max_lr")},
+    ),
+    Case(
+        "find_learning_rate.arrays",
+        find_learning_rate,
+        lambda: {"model": _compiled(), "dataset": _arrays(), "steps": 2, "batch_size": 2},
+        {"batch_size": Int(1).or_none()},
     ),
     Case(
         "LearningRateRange",
