@@ -25,7 +25,10 @@ require_tensorflow(
         "jax": (
             'jax2tf with TensorFlow\'s TFLite converter (Keras 3.15 refuses format="litert" on JAX)'
         ),
-        "torch": 'model.export("model.tflite", format="litert") with the litert-torch package',
+        "torch": (
+            "litert_torch.convert(model, sample_inputs) from the litert-torch package "
+            '(Keras 3.15 wraps it as format="litert"; Keras 3.13.2 refuses that on PyTorch)'
+        ),
     },
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
+from companion.backends._ddp import ddp_replicas
 from companion.backends._probes import TF_ONLY, UNCHANGED
 from companion.backends._runner import run_on_backend
 from companion.backends._steps import step_data, step_model
@@ -52,14 +53,18 @@ def _jax_replicas() -> list[np.ndarray] | None:
 def probe_distribute() -> str:
     """``fit`` on two replicas reaches the weights of one device within 1e-6 (float32 sums in
     another order): ``tf.distribute.MirroredStrategy``, or ``keras.distribution.DataParallel``
-    on two JAX host devices; PyTorch's ``DistributedDataParallel`` is argued, not run."""
-    if _BACKEND == "torch":
-        return TF_ONLY + "torch DistributedDataParallel (argued: Keras has no torch distribution)"
-    replicas = {"tensorflow": _tensorflow_replicas, "jax": _jax_replicas}[_BACKEND]()
+    on two JAX host devices, or ``DistributedDataParallel`` over two PyTorch processes (gloo)."""
+    replicas = {"tensorflow": _tensorflow_replicas, "jax": _jax_replicas, "torch": ddp_replicas}[
+        _BACKEND
+    ]()
     if replicas is None:  # the devices cannot be split in this process: a fresh one can
         return run_on_backend(probe_distribute, _BACKEND, env=TWO_HOST_DEVICES)
     for two, one in zip(replicas, _fitted_weights()):
         gap = float(np.max(np.abs(two - one)))
         if not gap <= 1e-6:
             raise AssertionError(f"two replicas against one: max |difference| {gap:.3g}")
-    return UNCHANGED if _BACKEND == "tensorflow" else TF_ONLY + "keras.distribution.DataParallel"
+    return {
+        "tensorflow": UNCHANGED,
+        "jax": TF_ONLY + "keras.distribution.DataParallel",
+        "torch": TF_ONLY + "torch DistributedDataParallel, gloo (Keras has no torch distribution)",
+    }[_BACKEND]

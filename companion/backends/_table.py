@@ -34,6 +34,7 @@ ROWS = {
 }
 
 _SAME = _probes.UNCHANGED
+_OPTIMIZER = "optimizer and schedule (AdamW, WarmupCosine)"
 _USE = _probes.TF_ONLY
 #: The table as the probes last found it, by row and backend. A run that finds another cell
 #: fails the chapter's check and ``tests/portable/test_backends.py``.
@@ -60,7 +61,7 @@ EXPECTED = {
         ),
         "tf.py_function": (
             _SAME,
-            _USE + "jax.pure_callback",
+            _USE + _tf_only.PURE_CALLBACK,
             _USE + "the Python function, called in eager code",
         ),
         "tf.custom_gradient": (
@@ -70,8 +71,8 @@ EXPECTED = {
         ),
         "compiled C++ op (chapter 13)": (
             _SAME,
-            _USE + "Pallas or the XLA FFI (argued: Pallas needs a GPU or a TPU)",
-            _USE + "a C++ extension (torch.utils.cpp_extension)",
+            _USE + _tf_only.COMPILED_OP["jax"],
+            _USE + _tf_only.COMPILED_OP["torch"],
         ),
         "GradientTape loop": (
             _SAME,
@@ -81,7 +82,7 @@ EXPECTED = {
         "tf.distribute": (
             _SAME,
             _USE + "keras.distribution.DataParallel",
-            _USE + "torch DistributedDataParallel (argued: Keras has no torch distribution)",
+            _USE + "torch DistributedDataParallel, gloo (Keras has no torch distribution)",
         ),
     }.items()
 }
@@ -113,7 +114,8 @@ def probe_column(folder: str, rows: Sequence[str] | None = None) -> dict:
     """Run each row's probe on the running backend: ``{"cells": {row: cell}, "losses": ...}``.
 
     A probe that raises gets the cell ``"fails: <error>"``. ``losses`` are chapter 8's
-    ``train_step`` losses here, for the comparison across backends.
+    ``train_step`` losses here, for the comparison across backends; ``adamw_drift``, when the
+    optimizer row ran and passed, is its measured gap to Keras's AdamW (``_probes.adamw_drift``).
 
     Args:
         folder: The folder of the TensorFlow-saved ``.keras`` file (the ``.keras`` row); under
@@ -144,7 +146,8 @@ def probe_column(folder: str, rows: Sequence[str] | None = None) -> dict:
         except Exception as error:  # a failed probe is a cell of the table, not a crash
             first = (str(error).splitlines() or [""])[0][:120]
             cells[row] = f"fails: {type(error).__name__}: {first}"
-    return {"cells": {row: cells[row] for row in chosen}, "losses": step_losses()}
+    drift = {"adamw_drift": _probes.adamw_drift()} if cells.get(_OPTIMIZER) == _SAME else {}
+    return {"cells": {row: cells[row] for row in chosen}, "losses": step_losses(), **drift}
 
 
 def portability_table(backends: Sequence[str] = BACKENDS, *, timeout: float = 900.0) -> dict:

@@ -11,6 +11,13 @@ from companion.backends._autodiff import gradient
 from companion.backends._probes import TF_ONLY, UNCHANGED
 
 _BACKEND = keras.backend.backend()
+#: The py_function row's JAX cell, after "TF-only → use ".
+PURE_CALLBACK = "jax.pure_callback, in a jax.custom_vjp for its gradient"
+#: The compiled-op row's cells after "TF-only → use ".
+COMPILED_OP = {
+    "jax": "a C++ handler through the XLA FFI, or Pallas (interpret=True on a CPU)",
+    "torch": "a C++ op registered with torch.library (TORCH_LIBRARY, register_autograd)",
+}
 
 
 def _close(got: object, expected: object, bound: float, what: str) -> None:
@@ -26,7 +33,9 @@ def _cube_root(x: np.ndarray) -> np.ndarray:
 
 def probe_py_function() -> str:
     """A NumPy function inside compiled code: ``tf.py_function`` in a ``tf.function``, else
-    ``jax.pure_callback`` in ``jax.jit``, else the plain call in eager PyTorch."""
+    ``jax.pure_callback`` in ``jax.jit``, else the plain call in eager PyTorch. On JAX the
+    callback has no gradient (``jax.grad`` raises ValueError); ``jax.custom_vjp`` gives it
+    d cbrt(x)/dx = 1 / (3 cbrt(x)^2), checked within 1e-6."""
     x = np.array([-8.0, 1.0, 27.0], "float32")
     if _BACKEND == "tensorflow":
         import tensorflow as tf
@@ -38,9 +47,21 @@ def probe_py_function() -> str:
         import jax
 
         shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
-        jitted = jax.jit(lambda t: jax.pure_callback(_cube_root, shape, t))
-        _close(jitted(x), [-2, 1, 3], 1e-6, "jax.pure_callback")
-        return TF_ONLY + "jax.pure_callback"
+
+        def callback(t):
+            return jax.pure_callback(_cube_root, shape, t)
+
+        _close(jax.jit(callback)(x), [-2, 1, 3], 1e-6, "jax.pure_callback")
+        try:
+            gradient(callback, x)
+        except ValueError:  # "Pure callbacks do not support JVP"
+            pass
+        else:
+            raise AssertionError("jax.pure_callback gave a gradient")
+        cube_root = jax.custom_vjp(callback)
+        cube_root.defvjp(lambda t: (callback(t), callback(t)), lambda y, up: (up / (3 * y * y),))
+        _close(gradient(cube_root, x), [1 / 12, 1 / 3, 1 / 27], 1e-6, "jax.custom_vjp")
+        return TF_ONLY + PURE_CALLBACK
     _close(_cube_root(ops.convert_to_numpy(ops.convert_to_tensor(x))), [-2, 1, 3], 1e-6, "eager")
     return TF_ONLY + "the Python function, called in eager code"
 
@@ -87,10 +108,10 @@ def probe_tf_custom_gradient() -> str:
 
 
 def probe_compiled_op() -> str:
-    """Chapter 13's compiled blur against ``cv2.GaussianBlur``: the TensorFlow op, a PyTorch C++
-    extension; on JAX the replacement (Pallas, the XLA FFI) is argued, not run."""
-    if _BACKEND == "jax":
-        return TF_ONLY + "Pallas or the XLA FFI (argued: Pallas needs a GPU or a TPU)"
+    """Chapter 13's compiled blur against ``cv2.GaussianBlur`` within 1e-5, borders included: the
+    TensorFlow op; on JAX a C++ handler through the XLA FFI and a Pallas kernel in interpret
+    mode, on the CPU; on PyTorch the operator ``white_box::blur`` registered with
+    ``torch.library``, whose gradient is checked as well (``probe_torch_op``)."""
     import cv2
 
     images = np.random.default_rng(0).uniform(size=(2, 16, 16, 3)).astype("float32")
@@ -100,7 +121,14 @@ def probe_compiled_op() -> str:
 
         _close(cpp_blur(images, 5), reference, 1e-5, "cpp_blur")
         return UNCHANGED
-    from companion.backends._torch_blur import torch_blur
+    if _BACKEND == "jax":
+        from companion.backends._jax_blur import ffi_blur, pallas_blur
+
+        _close(ffi_blur(images, 5), reference, 1e-5, "XLA FFI")
+        _close(pallas_blur(images, 5), reference, 1e-5, "Pallas, interpret=True")
+        return TF_ONLY + COMPILED_OP["jax"]
+    from companion.backends._torch_blur import probe_torch_op, torch_blur
 
     _close(torch_blur(images, 5), reference, 1e-5, "torch extension")
-    return TF_ONLY + "a C++ extension (torch.utils.cpp_extension)"
+    probe_torch_op(images, reference)
+    return TF_ONLY + COMPILED_OP["torch"]

@@ -1,6 +1,7 @@
 """``count_traces`` and ``explain_retrace``: how often a ``tf.function`` traced, and why.
 
-Backends: TensorFlow only (on JAX use ``jax.jit``; on PyTorch use ``torch._dynamo.explain``).
+Backends: TensorFlow only (on JAX use ``jax_explain_cache_misses``; on PyTorch use
+``TORCH_LOGS=recompiles``).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from companion._checks import (
 
 #: What JAX and PyTorch users read instead of ``tf.function``'s traces.
 RETRACING_INSTEAD = {
-    "jax": "jax.jit's cache: a function's _cache_size(), and jax.make_jaxpr for the trace",
-    "torch": "torch._dynamo.explain(fn)(*args): the graphs and graph breaks torch.compile makes",
+    "jax": 'jax.config.update("jax_explain_cache_misses", True): jax.jit logs why it retraces',
+    "torch": "TORCH_LOGS=recompiles: torch.compile logs the guard that failed at each recompile",
 }
 
 

@@ -37,7 +37,7 @@ CASES = {
     ),
     "import tflite": (
         "companion.tflite",
-        {"jax": "jax2tf", "torch": 'format="litert"'},
+        {"jax": "jax2tf", "torch": "litert_torch.convert"},
         importing("companion.tflite"),
     ),
     "import kernels": (
@@ -62,7 +62,7 @@ CASES = {
     ),
     "count_traces": (
         "companion.diagnostics.count_traces",
-        {"jax": "jax.jit", "torch": "torch._dynamo.explain"},
+        {"jax": "jax_explain_cache_misses", "torch": "TORCH_LOGS=recompiles"},
         calling("companion.diagnostics", "count_traces", abs),
     ),
     "check_variable_batch": (
