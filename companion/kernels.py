@@ -10,7 +10,7 @@ by TensorFlow, compiler, flags and source, manifests; its names are re-exported 
 
 ``python -m companion.kernels`` builds the library ahead of time and prints where it is.
 
-Backends: TensorFlow only (on JAX use Pallas or the XLA FFI; on PyTorch use a C++ extension).
+Backends: TensorFlow only (on JAX use the XLA FFI or Pallas; on PyTorch use a torch.library op).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from companion._backend import require_tensorflow
 require_tensorflow(
     "companion.kernels",
     {
-        "jax": "Pallas (a GPU or TPU kernel) or a C++ function through the XLA FFI (jax.ffi)",
-        "torch": "a C++ extension built with torch.utils.cpp_extension.load_inline",
+        "jax": "a C++ function through the XLA FFI (jax.ffi), or Pallas (interpret=True on a CPU)",
+        "torch": "a C++ operator registered with torch.library (TORCH_LIBRARY, register_autograd)",
     },
 )
 

@@ -15,7 +15,7 @@ Environment variables:
     ``WHITE_BOX_TF_CACHE``: the cache folder (default ``$XDG_CACHE_HOME/white-box-tf/kernels``,
     else ``~/.cache/white-box-tf/kernels``).
 
-Backends: TensorFlow only (on JAX use Pallas or the XLA FFI; on PyTorch use a C++ extension).
+Backends: TensorFlow only (on JAX use the XLA FFI or Pallas; on PyTorch use a torch.library op).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from companion._backend import require_tensorflow
 require_tensorflow(
     "companion._kernels",
     {
-        "jax": "Pallas (a GPU or TPU kernel) or a C++ function through the XLA FFI (jax.ffi)",
-        "torch": "torch.utils.cpp_extension.load_inline, which caches its own build",
+        "jax": "a C++ function through the XLA FFI (jax.ffi), or Pallas (interpret=True on a CPU)",
+        "torch": "a torch.library op built by torch.utils.cpp_extension (it caches its build)",
     },
 )
 

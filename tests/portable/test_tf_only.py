@@ -42,12 +42,12 @@ CASES = {
     ),
     "import kernels": (
         "companion.kernels",
-        {"jax": "XLA FFI", "torch": "torch.utils.cpp_extension"},
+        {"jax": "XLA FFI", "torch": "torch.library"},
         importing("companion.kernels"),
     ),
     "import _kernels": (
         "companion._kernels",
-        {"jax": "Pallas", "torch": "torch.utils.cpp_extension"},
+        {"jax": "Pallas", "torch": "torch.library"},
         importing("companion._kernels"),
     ),
     "import training": (
