@@ -285,8 +285,8 @@ def test_readme_and_intro_quote_the_configured_repository():
 
 
 CLAIMS = BOOK / "claims.md"
-VERDICTS = {"holds", "outdated", "wrong", "depends"}
-CLAIM_ROW = re.compile(r"^\| (\d+) \| (.+?) \| (\w+) \| (.+?) \| (.+) \|$")
+VERDICTS = {"holds", "outdated", "wrong", "depends", "not tested"}
+CLAIM_ROW = re.compile(r"^\| (\d+) \| (.+?) \| (\w+(?: \w+)?) \| (.+?) \| (.+) \|$")
 CHAPTER_LINK = re.compile(r"\]\(([\w.-]+?)\.(ipynb|md)(#[\w-]+)?\)")
 
 
@@ -296,6 +296,12 @@ def claim_rows():
     rows = [CLAIM_ROW.match(line) for line in lines]
     assert all(rows), [line for line, row in zip(lines, rows) if not row][:3]
     return [row.groups() for row in rows]
+
+
+def test_a_ledger_row_may_say_not_tested():
+    row = "| 7 | A claim. | not tested | No cell can run it. | [6 · Saving](06_x.ipynb#saving) |"
+    assert CLAIM_ROW.match(row).group(3) == "not tested" in VERDICTS
+    assert CLAIM_ROW.match(row.replace("not tested", "not quite tested")) is None
 
 
 def test_claims_ledger_is_in_the_toc_and_numbered():
@@ -511,4 +517,8 @@ def test_every_claim_has_a_verdict_a_reason_and_a_link_to_a_chapter_section():
         )
         assert all(anchor for _, _, anchor in links), (
             f"claim {number}: link a section (#heading), not only the chapter"
+        )
+        # A verdict comes only from executed cells: a notebook section, not a page of prose.
+        assert verdict == "not tested" or any(ext == "ipynb" for _, ext, _ in links), (
+            f"claim {number}: a {verdict!r} verdict needs a link to the notebook that shows it"
         )
