@@ -53,7 +53,7 @@ help:
 	@echo "make test-colab  the same tests and notebooks on the versions Colab ships ($(COLAB_STACK))"
 	@echo "make test-backends  the portable tests under JAX and PyTorch, TensorFlow not installed"
 	@echo "make notebooks-gpu  notebooks on Colab's stack under the GPU stand-in (NB=... for one)"
-	@echo "make soak        hunt flaky cells: every notebook 3 times (3 hash seeds, the last beside a busy CPU)"
+	@echo "make soak        hunt flaky cells: every notebook 3 times (3 hash seeds; TF thread pools of 1, then 4, beside a busy CPU)"
 	@echo "make soak-colab  the same on Colab's stack under the GPU stand-in"
 	@echo "make lint        ruff: code style and line length (88 in notebooks, 100 elsewhere)"
 	@echo "make unit        unit tests and docstring examples only"
@@ -189,8 +189,9 @@ notebooks-gpu: $(COLAB_INSTALLED)
 	$(COLAB_BIN)/python -m pip install -q --no-deps --force-reinstall .
 	$(STAND_IN)=1 $(COLAB_BIN)/pytest -n 2 --dist loadfile --import-mode=importlib $(PYTEST_NOTEBOOK_FLAGS) $(or $(NB),book)
 
-# Flaky cells show up under load and other hash seeds, as CI meets them: `make soak` runs every
-# notebook three times, two at a time, with PYTHONHASHSEED 1, 2, 3, the third beside a CPU-bound
+# Flaky cells show up under load, other hash seeds and other thread counts, as CI meets them:
+# `make soak` runs every notebook three times, two at a time, with PYTHONHASHSEED 1, 2, 3; the
+# second with TensorFlow's thread pools at 1 thread, the third at 4, each beside a CPU-bound
 # process (tools/soak.sh; reports in _build/soak/). 4-8 min a run on 2 cores, about 20 min a stack.
 soak: $(INSTALLED) kernels
 	tools/soak.sh $(BIN)/pytest
