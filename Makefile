@@ -150,7 +150,10 @@ $(COLAB_INSTALLED): $(COLAB_STACK) pyproject.toml
 
 # Readers run the notebooks in Colab on a GPU: on Colab's stack every notebook runs under the GPU
 # stand-in (companion/devices.py: setup() makes Keras and TensorFlow see a GPU, and turns off
-# the CPU-only fusions), so that Keras's GPU choices are tested without a GPU.
+# the CPU-only fusions), so that Keras's GPU choices are tested without a GPU. Chapter 14's
+# children start it too (pin_runtime): its TensorFlow child saves a .keras file with
+# jit_compile=True, its JAX child lists one GPU. tests/portable/test_gpu_runtime.py runs the
+# JAX and PyTorch children with their device lists patched to one GPU.
 STAND_IN := WHITE_BOX_TF_GPU_STAND_IN
 # The installed companion is refreshed from this tree on every run (same version number, so
 # --force-reinstall; --no-deps, its dependencies were resolved above). `pytest` (the script, not

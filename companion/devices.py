@@ -10,7 +10,8 @@ MatMul+BiasAdd+ReLU, ``_MklSwish``). A CPU alone shows neither GPU path; these h
 - ``start_gpu_stand_in()``: for the whole process, a listed GPU and no CPU-only fusions; what
   ``setup()`` does when ``WHITE_BOX_TF_GPU_STAND_IN=1`` is set (``make test-colab`` runs every
   notebook so). It cannot show the numerics of real GPU kernels, TF32 or speed: the ops still
-  run on the CPU.
+  run on the CPU. A JAX process under the stand-in (``pin_runtime``) sees one GPU in
+  ``keras.distribution.list_devices()``, as on a one-GPU runtime.
 - ``missing_xla_kernel(error)``: the op an XLA error names, on any device (``XLA_CPU_JIT`` on a
   CPU, ``XLA_GPU_JIT`` on a GPU).
 
@@ -22,6 +23,9 @@ where the chapters import them):
   share them (``setup()`` calls it).
 - ``split_cpu(devices)``: the CPU as several logical devices, ``tf.distribute`` replicas on one
   machine.
+- ``pin_runtime()``: what ``setup()`` and every child of ``run_on_backend`` pin first: TF32
+  off, GPU memory taken as needed, the stand-in when the environment asks; ``runtime_line``
+  says it in a line.
 
 Backends: TensorFlow, JAX, PyTorch, except ``enable_gpu_memory_growth``, ``split_cpu``,
 ``simulated_gpu``, ``simulated_cpu_only`` and ``start_gpu_stand_in`` (TensorFlow only).
@@ -39,12 +43,16 @@ from companion._backend import require_tensorflow
 from companion._checks import check_instance, check_int
 
 __all__ = [
+    "JAX_PREALLOCATE",
     "MAX_CPU_DEVICES",
+    "PINNED",
     "STAND_IN_VARIABLE",
     "enable_gpu_memory_growth",
     "gpu_available",
     "gpu_stand_in_active",
     "missing_xla_kernel",
+    "pin_runtime",
+    "runtime_line",
     "simulated_cpu_only",
     "simulated_gpu",
     "split_cpu",
@@ -122,6 +130,8 @@ def enable_gpu_memory_growth() -> list[str]:
         try:
             tf.config.experimental.set_memory_growth(gpu, True)
         except RuntimeError:  # the GPU is already initialised: its memory is already mapped
+            continue
+        except ValueError:  # a GPU TensorFlow's runtime does not know: the stand-in's
             continue
         configured.append(gpu.name)
     return configured
@@ -263,7 +273,8 @@ _STAND_IN = {"started": False}
 
 
 def gpu_stand_in_active() -> bool:
-    """True when ``start_gpu_stand_in()`` has run in this process (not inside ``simulated_gpu``).
+    """True when the GPU stand-in has started in this process: ``start_gpu_stand_in()`` under
+    TensorFlow, ``pin_runtime()`` under JAX (not inside ``simulated_gpu``).
 
     Taught in chapter 8, "XLA: jit_compile".
     """
@@ -303,6 +314,134 @@ def stand_in_requested() -> bool:
     Taught in chapter 8, "XLA: jit_compile".
     """
     return os.environ.get(STAND_IN_VARIABLE, "") == "1"
+
+
+#: JAX reads it at its first GPU array: without it, JAX takes 75% of the GPU's memory at once.
+JAX_PREALLOCATE = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+#: What ``pin_runtime`` pins on a GPU, by backend (``runtime_line`` says it).
+PINNED = {
+    "tensorflow": "TF32 off, memory grown as needed",
+    "jax": "matmuls in full float32 (no TF32), memory taken as needed",
+    "torch": "TF32 off for matmuls and cuDNN, memory taken as needed",
+}
+
+
+def pin_runtime() -> dict[str, object]:
+    """Pin what this process's float32 results and GPU memory depend on, as ``setup()`` does.
+
+    The book compares float32 results within 1e-5. On an A100 or L4, TF32 keeps 10 bits of
+    mantissa (about 1e-3) where it is on: TensorFlow's and JAX's float32 matmuls and PyTorch's
+    cuDNN convolutions, by default. A process that takes the GPU's memory up front leaves none
+    to the notebook's other processes. So, by backend:
+
+    - TensorFlow: memory growth (``enable_gpu_memory_growth``), the GPU stand-in when
+      ``stand_in_requested()``, TF32 off.
+    - JAX: ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set (read at JAX's first GPU array;
+      ``run_on_backend`` sets it before JAX starts), ``jax_default_matmul_precision``
+      ``"highest"``, and under the stand-in one GPU in ``keras.distribution.list_devices()``
+      (what a one-GPU runtime lists; ``list_devices("cpu")`` still lists the host's devices).
+    - PyTorch: ``allow_tf32`` off for matmuls and cuDNN; its allocator takes memory as needed.
+
+    On a CPU nothing changes but the flags. Calling it again changes nothing more.
+
+    Returns:
+        A dict: ``backend``, ``version`` (the backend's), ``device`` (``"GPU"``, ``"GPU
+        stand-in"`` or ``"CPU"``), ``tf32`` (False) and ``gpu_memory_growth`` (the GPUs
+        TensorFlow grows; always empty off TensorFlow).
+
+    Example:
+        >>> info = pin_runtime()
+        >>> info["tf32"], info["device"] in ("GPU", "GPU stand-in", "CPU")
+        (False, True)
+
+    Taught in chapter 14, "One process per backend".
+    """
+    from companion._backend import backend
+
+    running = backend()
+    info = _PINS[running]() if running in _PINS else {"version": None, "tf32": False}
+    device = "GPU" if gpu_available() else "CPU"
+    if gpu_stand_in_active():
+        device = "GPU stand-in"
+    return {"backend": running, "device": device, "gpu_memory_growth": [], **info}
+
+
+def _pin_tensorflow() -> dict[str, object]:
+    import tensorflow as tf
+
+    growing = enable_gpu_memory_growth()
+    if stand_in_requested():
+        start_gpu_stand_in()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    return {
+        "version": tf.__version__,
+        "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
+        "gpu_memory_growth": growing,
+    }
+
+
+def _pin_jax() -> dict[str, object]:
+    for name, value in JAX_PREALLOCATE.items():
+        os.environ.setdefault(name, value)
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    if stand_in_requested() and not gpu_stand_in_active():
+        _list_one_gpu_to_keras()
+        _STAND_IN["started"] = True
+    precision = jax.config.jax_default_matmul_precision
+    return {"version": jax.__version__, "tf32": precision not in ("highest", "float32")}
+
+
+def _pin_torch() -> dict[str, object]:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32
+    return {"version": torch.__version__, "tf32": tf32}
+
+
+#: Each backend's part of ``pin_runtime``.
+_PINS = {"tensorflow": _pin_tensorflow, "jax": _pin_jax, "torch": _pin_torch}
+
+
+def _list_one_gpu_to_keras() -> None:
+    """JAX under the stand-in: ``keras.distribution.list_devices()`` (the default platform's
+    devices) lists one GPU, as on a one-GPU runtime; ``list_devices("cpu")`` is left as it is."""
+    import keras
+
+    listed = keras.distribution.list_devices
+
+    def list_devices(device_type: str | None = None) -> list[str]:
+        if device_type is None or device_type.lower() == "gpu":
+            return ["gpu:0"]
+        return listed(device_type)
+
+    keras.distribution.list_devices = list_devices
+
+
+def runtime_line(info: dict) -> str:
+    """Where a process ran, in words, from ``pin_runtime()``'s result: what its child says.
+
+    Raises:
+        TypeError: If ``info`` is not a dict.
+
+    Example:
+        >>> runtime_line({"backend": "jax", "device": "CPU"})
+        'ran on the CPU'
+        >>> runtime_line({"backend": "torch", "device": "GPU"})
+        'ran on the GPU: TF32 off for matmuls and cuDNN, memory taken as needed'
+
+    Taught in chapter 14, "One process per backend".
+    """
+    check_instance(info, "info", dict, "pin_runtime's result (a dict)")
+    device = info.get("device")
+    if device == "GPU":
+        return f"ran on the GPU: {PINNED.get(str(info.get('backend')), 'TF32 off')}"
+    if device == "GPU stand-in":
+        return "ran on the CPU, under the GPU stand-in (Keras chooses as on a GPU)"
+    return "ran on the CPU"
 
 
 def missing_xla_kernel(error: BaseException | str) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import keras
 import numpy as np
 
@@ -13,6 +15,9 @@ from companion.backends._steps import step_data, step_model
 _BACKEND = keras.backend.backend()
 #: Two JAX devices on one CPU: XLA splits the host before JAX starts.
 TWO_HOST_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+#: Set ("1") in the fresh process ``probe_distribute`` starts when this one cannot split its
+#: devices: that process starts no other (one relaunch at most).
+RELAUNCHED = "WHITE_BOX_TF_RELAUNCHED"
 
 
 def _fitted_weights() -> list[np.ndarray]:
@@ -39,8 +44,10 @@ def _tensorflow_replicas() -> list[np.ndarray] | None:
 
 def _jax_replicas() -> list[np.ndarray] | None:
     """The weights after ``fit`` under ``keras.distribution.DataParallel`` on two host devices
-    (None when JAX runs with one device, and this must run in a fresh process)."""
-    devices = keras.distribution.list_devices()
+    (None when JAX runs with one, and this must run in a fresh process). The host's devices are
+    ``list_devices("cpu")``: ``list_devices()`` lists the default platform, one GPU on a one-GPU
+    runtime whatever ``TWO_HOST_DEVICES`` says."""
+    devices = keras.distribution.list_devices("cpu")
     if len(devices) < 2:
         return None
     keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices[:2]))
@@ -48,6 +55,28 @@ def _jax_replicas() -> list[np.ndarray] | None:
         return _fitted_weights()
     finally:
         keras.distribution.set_distribution(None)
+
+
+def _one_device_weights() -> list[np.ndarray]:
+    """The weights after ``fit`` on one device. On JAX and PyTorch, the host's first device,
+    where the replicas run: a GPU runtime's default device is its GPU, whose sums differ in the
+    last bits."""
+    if _BACKEND == "tensorflow":
+        return _fitted_weights()
+    cpu = keras.distribution.list_devices("cpu")[0] if _BACKEND == "jax" else "cpu"  # gloo's
+    with keras.device(cpu):
+        return _fitted_weights()
+
+
+def _relaunched() -> str:
+    """``probe_distribute`` in a fresh process with ``TWO_HOST_DEVICES``; in such a process,
+    a RuntimeError instead (it would start the next one, and that one the next)."""
+    if os.environ.get(RELAUNCHED) == "1":
+        raise RuntimeError(
+            f"devices: expected two host devices in a process started with {TWO_HOST_DEVICES}, "
+            f"got fewer (XLA_FLAGS={os.environ.get('XLA_FLAGS')!r})"
+        )
+    return run_on_backend(probe_distribute, _BACKEND, env={**TWO_HOST_DEVICES, RELAUNCHED: "1"})
 
 
 def probe_distribute() -> str:
@@ -58,8 +87,8 @@ def probe_distribute() -> str:
         _BACKEND
     ]()
     if replicas is None:  # the devices cannot be split in this process: a fresh one can
-        return run_on_backend(probe_distribute, _BACKEND, env=TWO_HOST_DEVICES)
-    for two, one in zip(replicas, _fitted_weights()):
+        return _relaunched()
+    for two, one in zip(replicas, _one_device_weights()):
         gap = float(np.max(np.abs(two - one)))
         if not gap <= 1e-6:
             raise AssertionError(f"two replicas against one: max |difference| {gap:.3g}")

@@ -11,11 +11,13 @@ from companion._checks import check_int
 from companion.backends._runner import run_on_backend
 from companion.backends._steps import step_data, step_model
 from companion.backends._table import check_backends
+from companion.devices import pin_runtime
 
 
-def step_times(repeats: int = 5, steps: int = 64) -> list[float]:
-    """Milliseconds per step of ``StepModel``'s ``fit`` (batches of 16), one figure per repeat:
-    each the mean over an epoch of ``steps`` steps, after one epoch of warm-up (compiling).
+def step_times(repeats: int = 5, steps: int = 64) -> dict:
+    """Milliseconds per step of ``StepModel``'s ``fit`` (batches of 16), one figure per repeat
+    (``times``): each the mean over an epoch of ``steps`` steps, after one epoch of warm-up
+    (compiling); and the ``device`` it ran on (``pin_runtime``'s).
 
     Taught in chapter 14, "Speed, side by side".
     """
@@ -27,12 +29,12 @@ def step_times(repeats: int = 5, steps: int = 64) -> list[float]:
         start = time.perf_counter()
         model.fit(x, y, batch_size=16, epochs=1, verbose=0)
         times.append(1000 * (time.perf_counter() - start) / steps)
-    return times
+    return {"times": times, "device": pin_runtime()["device"]}
 
 
 def compare_step_speed(
     rounds: int = 2, backends: Sequence[str] = BACKENDS, *, repeats: int = 5
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, float | str]]:
     """Time chapter 8's step on each backend: ``rounds`` rounds, each one child per backend in
     turn (so that a slow moment of the machine hits every backend alike).
 
@@ -43,8 +45,9 @@ def compare_step_speed(
 
     Returns:
         A dict by backend name, each with ``median`` ms per step over every repeat of every
-        round, ``low`` and ``high`` (the smallest and largest figure) and ``ratio`` (median
-        over the first backend's median).
+        round, ``low`` and ``high`` (the smallest and largest figure), ``ratio`` (median
+        over the first backend's median) and ``device``, where its children ran (``"CPU"``,
+        ``"GPU"`` or ``"GPU stand-in"``).
 
     Raises:
         TypeError: If ``rounds`` or ``repeats`` is not an int, ``backends`` not a list.
@@ -56,9 +59,12 @@ def compare_step_speed(
     repeats = check_int(repeats, "repeats", minimum=1)
     backends = check_backends(backends)
     figures: dict[str, list[float]] = {b: [] for b in backends}
+    devices = {}
     for _ in range(rounds):
         for b in backends:
-            figures[b] += run_on_backend(step_times, b, repeats)
+            timed = run_on_backend(step_times, b, repeats)
+            figures[b] += timed["times"]
+            devices[b] = timed["device"]
     reference = statistics.median(figures[backends[0]])
     return {
         b: {
@@ -66,6 +72,7 @@ def compare_step_speed(
             "low": min(times),
             "high": max(times),
             "ratio": statistics.median(times) / reference,
+            "device": devices[b],
         }
         for b, times in figures.items()
     }

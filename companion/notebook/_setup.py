@@ -10,13 +10,7 @@ import sys
 
 from companion._backend import BACKEND_NAMES, backend
 from companion._checks import check_bool, check_seed
-from companion.devices import (
-    enable_gpu_memory_growth,
-    gpu_available,
-    gpu_stand_in_active,
-    stand_in_requested,
-    start_gpu_stand_in,
-)
+from companion.devices import pin_runtime
 
 
 def in_colab() -> bool:
@@ -47,7 +41,9 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
 
     Under JAX and PyTorch it seeds with ``keras.utils.set_random_seed`` as well, turns TF32 off
     in that framework (JAX's default matmul precision "highest"; torch's ``allow_tf32`` flags),
-    and prints the backend and its version in the first line.
+    leaves JAX's GPU memory to be taken as needed, and prints the backend and its version in
+    the first line. The pinning is ``companion.devices.pin_runtime``, which every child of
+    ``run_on_backend`` runs too.
 
     Args:
         seed: Integer seed for ``random``, NumPy and the backend, from 0 to ``2**32 - 1``.
@@ -80,64 +76,27 @@ def setup(seed: int = 42, *, verbose: bool = True) -> dict[str, object]:
     import keras
 
     running = backend()
-    runtime = _RUNTIMES[running]() if running in _RUNTIMES else {"version": keras.__version__}
+    if running == "tensorflow":
+        import tensorflow as tf
+
+        tf.get_logger().setLevel("ERROR")
+    runtime = pin_runtime()
     keras.utils.set_random_seed(seed)  # seeds random, NumPy and the backend together
     info: dict[str, object] = {
         "backend": running,
         "tensorflow": runtime["version"] if running == "tensorflow" else None,
-        "backend_version": runtime["version"],
+        "backend_version": runtime["version"] or keras.__version__,
         "keras": keras.__version__,
         "python": sys.version.split()[0],
-        "device": runtime.get("device", "GPU" if gpu_available() else "CPU"),
+        "device": runtime["device"],
         "colab": in_colab(),
         "seed": seed,
-        "tf32": runtime.get("tf32", False),
-        "gpu_memory_growth": runtime.get("gpu_memory_growth", []),
+        "tf32": runtime["tf32"],
+        "gpu_memory_growth": runtime["gpu_memory_growth"],
     }
     if verbose:
         _print_runtime(info)
     return info
-
-
-def _tensorflow_runtime() -> dict[str, object]:
-    """Quiet logs, memory growth, the stand-in if asked, TF32 off: TensorFlow's part of setup."""
-    import tensorflow as tf
-
-    tf.get_logger().setLevel("ERROR")
-    growing = enable_gpu_memory_growth()
-    if stand_in_requested():
-        start_gpu_stand_in()
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    device = "CPU"
-    if gpu_available():
-        device = "GPU stand-in" if gpu_stand_in_active() else "GPU"
-    return {
-        "version": tf.__version__,
-        "device": device,
-        "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
-        "gpu_memory_growth": growing,
-    }
-
-
-def _jax_runtime() -> dict[str, object]:
-    """JAX's part of setup: float32 matrix products in full float32 on every GPU."""
-    import jax
-
-    jax.config.update("jax_default_matmul_precision", "highest")
-    return {"version": jax.__version__}
-
-
-def _torch_runtime() -> dict[str, object]:
-    """PyTorch's part of setup: TF32 off for matrix products and convolutions."""
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return {"version": torch.__version__}
-
-
-#: Each backend's part of ``setup``: its version, and what it switches (TF32, memory growth).
-_RUNTIMES = {"tensorflow": _tensorflow_runtime, "jax": _jax_runtime, "torch": _torch_runtime}
 
 
 def _print_runtime(info: dict[str, object]) -> None:

@@ -85,6 +85,7 @@ from companion.notebook import setup
 from companion.timing import default_device
 
 info = setup(verbose=False)
+again = setup(verbose=False)  # a second setup: the stand-in's GPU is not TensorFlow's to grow
 x = np.ones((4, 3), "float32")
 compiled = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
 compiled.compile(optimizer="sgd", loss="mse")
@@ -92,6 +93,7 @@ never_compiled = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
 never_compiled.predict(x, verbose=0)
 print(json.dumps({
     "device": info["device"],
+    "again": again["device"],
     "tf32": info["tf32"],
     "active": gpu_stand_in_active(),
     "physical_gpus": len(tf.config.list_physical_devices("GPU")),
@@ -111,6 +113,7 @@ def test_setup_starts_the_stand_in_only_when_the_environment_asks(requested):
     assert child.returncode == 0, child.stderr[-2000:]
     seen = json.loads(child.stdout.strip().splitlines()[-1])
     assert seen.pop("tf32") is False
+    assert seen.pop("again") == seen["device"]
     if requested:
         assert seen == {
             "device": "GPU stand-in",
