@@ -149,3 +149,13 @@ def test_every_op_computes_in_float16_close_to_float32_with_a_gradient(name):
     assert y16.dtype == tf.float16 and gradient is not None and gradient.dtype == tf.float16
     assert np.isfinite(y16.numpy()).all() and np.isfinite(gradient.numpy()).all()
     np.testing.assert_allclose(y16.numpy().astype("float32"), op(x32).numpy(), rtol=5e-3, atol=5e-3)
+
+
+def test_chapter_14s_tape_loop_row_holds_where_fit_compiles_with_xla():
+    """On a GPU TensorFlow's fit compiles with XLA, which draws other dropout masks than the
+    eager loop; the row's probe pins ``jit_compile=False`` on the model it compares with."""
+    from companion.backends._autodiff import probe_tape_loop
+    from companion.backends._probes import UNCHANGED
+
+    with simulated_gpu():
+        assert probe_tape_loop() == UNCHANGED
