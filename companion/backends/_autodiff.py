@@ -198,9 +198,11 @@ def probe_tape_loop() -> str:
 
     x, y, sample_weight = ordinary_data()
     looped, fitted = ordinary_model(), ordinary_model()
-    # Where a GPU is visible, TensorFlow's fit compiles with XLA, which draws other dropout
-    # masks than the loop's eager ops: compare the same kernels.
-    fitted.jit_compile = False
+    if keras.backend.backend() == "tensorflow":
+        # Where a GPU is visible, TensorFlow's fit compiles with XLA, which draws other dropout
+        # masks than the loop's eager ops: compare the same kernels. (JAX's loop and fit both
+        # jit; PyTorch's are both eager.)
+        fitted.jit_compile = False
     for _ in range(2):
         train_by_hand(looped, x, y, sample_weight=sample_weight)
     fitted.fit(x, y, sample_weight=sample_weight, batch_size=16, epochs=2, shuffle=False, verbose=0)
