@@ -12,9 +12,13 @@ from companion.backends import (
     VAESampling,
     changed_cells,
     compare_step_speed,
+    ddp_replicas,
+    ffi_blur,
+    gaussian_weights,
     gradient,
     ordinary_data,
     ordinary_model,
+    pallas_blur,
     portability_table,
     probe_column,
     resume_here,
@@ -39,6 +43,14 @@ DEF_FUNCTION = Kind(
 BACKEND_LIST = Seq(Str(*BACKENDS))
 
 IMAGES = [[[[0.5]]]]  # one 1x1 image, one channel
+NHWC = Kind(
+    "a rank-4 NHWC array of numbers",
+    lambda v: np.asarray(v).ndim == 4 and np.issubdtype(np.asarray(v).dtype, np.number),
+)
+KSIZE = Kind(
+    "an odd int from 1 to 31",
+    lambda v: isinstance(v, int) and not isinstance(v, bool) and v in range(1, 32, 2),
+)
 MODEL_CLASS = Kind(
     "a keras.Model subclass", lambda v: isinstance(v, type) and issubclass(v, keras.Model)
 )
@@ -152,20 +164,16 @@ CASES = [
         {"kl_weight": 0.01, "seed": 0},
         {"kl_weight": Real(minimum=0), "seed": Int(0, 2**32 - 1)},
     ),
+    *(
+        Case(blur.__name__, blur, {"images": IMAGES, "ksize": 1}, {"images": NHWC, "ksize": KSIZE})
+        for blur in (torch_blur, ffi_blur, pallas_blur)
+    ),
+    Case("gaussian_weights", gaussian_weights, {"ksize": 1}, {"ksize": KSIZE}),
     Case(
-        "torch_blur",
-        torch_blur,
-        {"images": IMAGES, "ksize": 1},
-        {
-            "images": Kind(
-                "a rank-4 NHWC array of numbers",
-                lambda v: np.asarray(v).ndim == 4 and np.issubdtype(np.asarray(v).dtype, np.number),
-            ),
-            "ksize": Kind(
-                "an odd int from 1 to 31",
-                lambda v: isinstance(v, int) and not isinstance(v, bool) and v in range(1, 32, 2),
-            ),
-        },
+        "ddp_replicas",
+        ddp_replicas,
+        {"timeout": 60.0},
+        {"timeout": Real(above=0, maximum=MAX_TIMEOUT)},
     ),
     Case(
         "compare_step_speed",
@@ -180,4 +188,5 @@ EXEMPT = {
     "CustomStepModel": "keras.Model's arguments, checked by Keras",
     "BackendRunError": "an exception: its message",
     "TensorFlowRequired": "an exception: its message",
+    "compile_report": "torch._dynamo.explain's function and torch.tensor's images, checked there",
 }
