@@ -170,8 +170,8 @@ test-colab: $(COLAB_INSTALLED)
 
 # Keras on JAX and on PyTorch, TensorFlow not installed (a JAX or PyTorch user's `pip install
 # keras jax`): tests/portable/ (with chapter 14's table, tests/portable/test_backends.py) once per
-# backend, in its own process (Keras fixes its backend at import). PyTorch gets one thread: its
-# default pool on 2 shared cores makes a training step about 15 times slower (chapter 14).
+# backend, in its own process (Keras fixes its backend at import). PyTorch gets one thread per
+# process: two test processes share 2 cores, and its default pool takes a thread per core.
 $(BACKENDS_INSTALLED): $(BACKENDS_STACK) requirements.txt pyproject.toml
 	test -x $(BACKENDS_BIN)/python || $(PYTHON) -m venv $(BACKENDS_VENV)
 	$(BACKENDS_BIN)/python -m pip install -q --upgrade pip

@@ -316,7 +316,7 @@ def stand_in_requested() -> bool:
     return os.environ.get(STAND_IN_VARIABLE, "") == "1"
 
 
-#: JAX reads it at its first GPU array: without it, JAX takes 75% of the GPU's memory at once.
+#: Read by JAX at its first GPU array; without it JAX takes 75% of the GPU's memory at once.
 JAX_PREALLOCATE = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 #: What ``pin_runtime`` pins on a GPU, by backend (``runtime_line`` says it).
 PINNED = {
@@ -345,9 +345,9 @@ def pin_runtime() -> dict[str, object]:
     On a CPU nothing changes but the flags. Calling it again changes nothing more.
 
     Returns:
-        A dict: ``backend``, ``version`` (the backend's), ``device`` (``"GPU"``, ``"GPU
-        stand-in"`` or ``"CPU"``), ``tf32`` (False) and ``gpu_memory_growth`` (the GPUs
-        TensorFlow grows; always empty off TensorFlow).
+        What was pinned, under the keys ``backend``, ``version`` (the backend's), ``device``
+        (``"GPU"``, ``"GPU stand-in"`` or ``"CPU"``), ``tf32`` (False) and
+        ``gpu_memory_growth`` (the GPUs TensorFlow grows; always empty off TensorFlow).
 
     Example:
         >>> info = pin_runtime()

@@ -55,6 +55,9 @@ def ddp_worker(epochs: int = 2, batch_size: int = 16) -> None:
                     model.optimizer.apply([v.value.grad for v in variables], variables)
         weights = [w.tolist() for w in model.get_weights()]
         print(WEIGHTS_MARK + "\n" + json.dumps(weights), flush=True)
+        # Rank 0 hosts the rendezvous store: a rank that tears the group down after rank 0
+        # has exited can wait forever (pytorch/pytorch#75097), so both leave together.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
