@@ -1,6 +1,7 @@
 """Chapter 14, beyond TensorFlow: a custom gradient every backend calls, a JAX step that
 trains an ordinary model (a regularizer, an add_loss term, Dropout, BatchNormalization, sample
-weights) as Keras's own step does."""
+weights) as Keras's own step does, and NumPy code registered as a PyTorch operator that
+``torch.compile`` keeps in one graph with its gradient."""
 
 from __future__ import annotations
 
@@ -76,6 +77,13 @@ LOSS_AND_UPDATES = (
 )
 
 
+def run_answer_source(source: str, namespace: dict) -> None:
+    """Define the reader's function from ``source`` in ``namespace``, as the notebook did: under
+    the reader's own ``__future__`` imports, not this module's (whose postponed annotations
+    would turn ``x: torch.Tensor`` into a str that ``torch.library.custom_op`` rejects)."""
+    exec(compile(source, "<answer>", "exec", dont_inherit=True), namespace)
+
+
 def runs_against_fit(source: str) -> dict:
     """Run on JAX by exercise 14.2: ``ordinary_run`` (two epochs of ``fit``, then
     ``evaluate``) with the ``train_step`` defined in ``source``, and with Keras's own step:
@@ -85,7 +93,7 @@ def runs_against_fit(source: str) -> dict:
     from companion.backends._steps import ordinary_run
 
     namespace: dict = {}
-    exec(source, namespace)  # the reader's own function, in the reader's own process
+    run_answer_source(source, namespace)
     answer_class = type("AnswerModel", (keras.Model,), {"train_step": namespace["train_step"]})
     try:
         answer = ordinary_run(answer_class)
@@ -204,6 +212,138 @@ def weights_like_fit(answer, context):
     )
 
 
+#: Exercise 14.3's inputs (none near 0, where the cube root's slope is infinite), the
+#: upstream weights of its loss ``sum(cube_root(2 x) * w)`` and that loss's gradient.
+CUBE_INPUTS = np.array([-4.0, 0.0625, 0.5, 13.5], "float32")
+CUBE_WEIGHTS = np.array([1.0, -2.0, 0.5, 3.0], "float32")
+CUBE_GRADIENT = 2 * CUBE_WEIGHTS / (3 * np.cbrt(2 * CUBE_INPUTS) ** 2)
+
+
+def _error(error: Exception) -> str:
+    first = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {first}"
+
+
+def cube_root_report(source: str) -> dict:
+    """Run on PyTorch by exercise 14.3: call ``register_cube_root()`` from ``source``, then
+    ``torch.ops.exercise.cube_root`` eagerly, under ``torch.compile(fullgraph=True)`` without a
+    gradient, and with one. Each stage's result, or its error as a str, under its name; a
+    stage after a failed one is left out."""
+    import torch
+
+    namespace: dict = {}
+    run_answer_source(source, namespace)
+    try:
+        namespace["register_cube_root"]()
+        cube_root = torch.ops.exercise.cube_root
+    except Exception as error:  # noqa: BLE001 - reported to the reader by the check
+        return {"registered": _error(error)}
+    report: dict = {"registered": True}
+    weights = torch.from_numpy(CUBE_WEIGHTS)
+
+    def loss(t):
+        return (cube_root(2 * t) * weights).sum()
+
+    stages = {
+        "value": lambda: cube_root(torch.from_numpy(CUBE_INPUTS)).tolist(),
+        "compiled": lambda: float(
+            torch.compile(loss, fullgraph=True, backend="aot_eager")(torch.from_numpy(CUBE_INPUTS))
+        ),
+    }
+    for name, stage in stages.items():
+        try:
+            report[name] = stage()
+        except Exception as error:  # noqa: BLE001 - reported to the reader by the check
+            report[name] = _error(error)
+            return report
+    t = torch.tensor(CUBE_INPUTS, requires_grad=True)
+    try:
+        total = torch.compile(loss, fullgraph=True, backend="aot_eager")(t)
+        report["requires_grad"] = total.requires_grad
+        if total.requires_grad:
+            total.backward()
+            report["gradient"] = t.grad.tolist()
+    except Exception as error:  # noqa: BLE001 - reported to the reader by the check
+        report["gradient"] = _error(error)
+    return report
+
+
+def _cube_report(answer, context):
+    def make():
+        from companion.backends import run_on_backend
+
+        source = textwrap.dedent(inspect.getsource(answer))
+        if answer.__name__ != "register_cube_root":
+            source += f"\nregister_cube_root = {answer.__name__}\n"
+        return run_on_backend(cube_root_report, "torch", source)
+
+    return context.once("torch", make)
+
+
+def _cube_stage(answer, context, name, needs):
+    report = _cube_report(answer, context)
+    expect(name in report, f"expected {needs} first (see the check above)")
+    return report[name]
+
+
+def registers_the_operator(answer, context):
+    """register_cube_root() registers torch.ops.exercise.cube_root"""
+    registered = _cube_report(answer, context)["registered"]
+    expect(
+        registered is True,
+        "expected register_cube_root() to register the operator exercise::cube_root, with "
+        f'@torch.library.custom_op("exercise::cube_root", mutates_args=()), got {registered}',
+    )
+
+
+def value_is_numpys(answer, context):
+    """torch.ops.exercise.cube_root(x) equals np.cbrt(x)"""
+    value = _cube_stage(answer, context, "value", "the operator registered")
+    expect(not isinstance(value, str), f"expected the operator to run on a tensor, got {value}")
+    expected = np.cbrt(CUBE_INPUTS)
+    expect(
+        np.allclose(value, expected, rtol=1e-6, atol=0),
+        f"expected np.cbrt(x) = {expected.tolist()}, got {value}",
+    )
+
+
+def one_graph_under_compile(answer, context):
+    """torch.compile(fullgraph=True) traces a loss that calls it"""
+    compiled = _cube_stage(answer, context, "compiled", "the operator to run eagerly")
+    expect(
+        not isinstance(compiled, str),
+        f"expected torch.compile(fullgraph=True) to trace the loss, got {compiled} (Dynamo "
+        "runs the operator on fake tensors, which carry only a shape and a dtype: register "
+        "one with @cube_root.register_fake, returning torch.empty_like(x))",
+    )
+
+
+def gradient_through_compile(answer, context):
+    """The compiled loss's gradient is upstream * 2 / (3 cbrt(2x)^2)"""
+    report = _cube_report(answer, context)
+    expect(
+        "compiled" in report and not isinstance(report["compiled"], str),
+        "expected the loss to compile first (see the checks above)",
+    )
+    expect(
+        report.get("requires_grad", True),
+        "expected the loss to require a gradient, got a result cut off from its input: "
+        "the operator's output has no gradient until register_autograd gives it one",
+    )
+    gradient = report["gradient"]
+    expect(
+        not isinstance(gradient, str),
+        f"expected backward() to run, got {gradient} (give the operator its gradient with "
+        "cube_root.register_autograd(backward, setup_context=setup_context))",
+    )
+    expect(
+        np.allclose(gradient, CUBE_GRADIENT, rtol=1e-5, atol=0),
+        f"expected the gradient {np.round(CUBE_GRADIENT, 4).tolist()}, got "
+        f"{np.round(gradient, 4).tolist()} (d cbrt(x)/dx = 1 / (3 cbrt(x)^2), times the "
+        "upstream gradient)",
+    )
+
+
 EXERCISES = (
     Exercise(
         "14.1",
@@ -232,6 +372,27 @@ EXERCISES = (
             "update the metrics in a keras.StatelessScope over self.metrics_variables: the "
             "metric named loss with the loss, then self.compute_metrics; return the logs and "
             "the four lists of variables.",
+        ),
+    ),
+    Exercise(
+        "14.3",
+        "NumPy code as a PyTorch operator.",
+        FUNCTION,
+        (
+            registers_the_operator,
+            value_is_numpys,
+            one_graph_under_compile,
+            gradient_through_compile,
+        ),
+        (
+            "torch.library.custom_op turns a Python function with type annotations into an "
+            "operator that torch.compile calls without looking inside. Dynamo traces with fake "
+            "tensors, so the operator needs a fake implementation; and autograd needs its "
+            "gradient.",
+            "Decorate cube_root(x: torch.Tensor) -> torch.Tensor with "
+            '@torch.library.custom_op("exercise::cube_root", mutates_args=()) and compute it '
+            "with np.cbrt(x.numpy(force=True)); register_fake returns torch.empty_like(x); "
+            "setup_context saves the output, and backward returns upstream / (3 * y**2).",
         ),
     ),
 )

@@ -135,3 +135,80 @@ def test_a_jax_step_that_trains_an_ordinary_model(accepted, caught):
     caught("14.2", step_without_the_regularizer, r"regularizer's penalty")
     caught("14.2", step_in_inference_mode, r"training=True")
     caught("14.2", step_with_a_stateful_loss, r"NoneType.*compute_loss_and_updates")
+
+
+def register_cube_root():
+    import numpy as np
+    import torch
+
+    @torch.library.custom_op("exercise::cube_root", mutates_args=())
+    def cube_root(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.cbrt(x.numpy(force=True))).to(x.device)
+
+    @cube_root.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    def backward(ctx, upstream):
+        (y,) = ctx.saved_tensors
+        return upstream / (3 * y**2)
+
+    cube_root.register_autograd(backward, setup_context=setup_context)
+
+
+def a_plain_function():  # NumPy through Dynamo, but no operator: nothing is registered
+    import numpy as np
+    import torch
+
+    return lambda x: torch.from_numpy(np.cbrt(x.numpy(force=True)))
+
+
+def an_operator_without_a_fake():
+    import numpy as np
+    import torch
+
+    @torch.library.custom_op("exercise::cube_root", mutates_args=())
+    def cube_root(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.cbrt(x.numpy(force=True))).to(x.device)
+
+
+def an_operator_without_a_gradient():
+    import numpy as np
+    import torch
+
+    @torch.library.custom_op("exercise::cube_root", mutates_args=())
+    def cube_root(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.cbrt(x.numpy(force=True))).to(x.device)
+
+    cube_root.register_fake(lambda x: torch.empty_like(x))
+
+
+def an_operator_with_the_gradient_at_the_input():  # 1 / (3 x^2): the cube's, not the root's
+    import numpy as np
+    import torch
+
+    @torch.library.custom_op("exercise::cube_root", mutates_args=())
+    def cube_root(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.cbrt(x.numpy(force=True))).to(x.device)
+
+    cube_root.register_fake(lambda x: torch.empty_like(x))
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    cube_root.register_autograd(
+        lambda ctx, upstream: upstream / (3 * ctx.saved_tensors[0] ** 2),
+        setup_context=setup_context,
+    )
+
+
+@pytest.mark.slow  # five PyTorch children, each compiling a loss
+def test_numpy_code_as_a_pytorch_operator(accepted, caught):
+    accepted("14.3", register_cube_root)
+    caught("14.3", a_plain_function, r"custom_op\(\"exercise::cube_root\"")
+    caught("14.3", an_operator_without_a_fake, r"register_fake")
+    caught("14.3", an_operator_without_a_gradient, r"register_autograd")
+    caught("14.3", an_operator_with_the_gradient_at_the_input, r"1 / \(3 cbrt\(x\)\^2\)")
