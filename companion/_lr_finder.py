@@ -60,7 +60,7 @@ def fit_inputs(dataset: Any, batch_size: Any) -> dict[str, Any]:
             f"batch_size: expected None for a dataset (it makes its own batches), got "
             f"{describe(batch_size)}"
         )
-    if _batch_count(dataset) == 0:
+    if _has_no_batch(dataset):
         raise ValueError(f"dataset: expected at least one batch, got none from {describe(dataset)}")
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(dataset, tf.data.Dataset):
@@ -80,14 +80,25 @@ def _array_inputs(x: np.ndarray, y: np.ndarray, batch_size: Any) -> dict[str, An
     return {"x": x, "y": y, "batch_size": size or DEFAULT_BATCH_SIZE}
 
 
-def _batch_count(dataset: Any) -> int | None:
-    """How many batches ``dataset`` has; None where it does not say (infinite or unknown)."""
+#: What ``next`` returns from a ``DataLoader`` that yields no batch.
+_NO_BATCH = object()
+
+
+def _has_no_batch(dataset: Any) -> bool:
+    """Whether ``dataset`` says it has no batch or, a PyTorch ``DataLoader`` of unknown length
+    (an ``IterableDataset``'s), yields none when asked for its first. Every epoch iterates a
+    ``DataLoader`` afresh, so asking loses nothing; a ``tf.data.Dataset`` of unknown length is
+    not asked (its first element can take a pipeline's whole warm-up)."""
     if isinstance(dataset, keras.utils.PyDataset):
-        return dataset.num_batches
+        return dataset.num_batches == 0
     try:
-        return len(dataset)
+        return len(dataset) == 0
     except TypeError:  # a tf.data.Dataset of infinite or unknown cardinality, an IterableDataset
-        return None
+        pass
+    torch_data = sys.modules.get("torch.utils.data")
+    if torch_data is not None and isinstance(dataset, torch_data.DataLoader):
+        return next(iter(dataset), _NO_BATCH) is _NO_BATCH
+    return False
 
 
 class RangeTest(keras.callbacks.Callback):

@@ -58,12 +58,12 @@ def _jax_replicas() -> list[np.ndarray] | None:
 
 
 def _one_device_weights() -> list[np.ndarray]:
-    """The weights after ``fit`` on one device. On JAX and PyTorch, the host's first device,
-    where the replicas run: a GPU runtime's default device is its GPU, whose sums differ in the
-    last bits."""
-    if _BACKEND == "tensorflow":
-        return _fitted_weights()
-    cpu = keras.distribution.list_devices("cpu")[0] if _BACKEND == "jax" else "cpu"  # gloo's
+    """The weights after ``fit`` on one device: the host's first, where the replicas run. A GPU
+    runtime's default device is its GPU, whose sums differ in the last bits."""
+    if _BACKEND == "jax":
+        cpu = keras.distribution.list_devices("cpu")[0]
+    else:  # TensorFlow's first logical CPU (split_cpu's), gloo's CPU
+        cpu = "/cpu:0" if _BACKEND == "tensorflow" else "cpu"
     with keras.device(cpu):
         return _fitted_weights()
 

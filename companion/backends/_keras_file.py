@@ -12,6 +12,7 @@ import numpy as np
 from companion._backend import BACKENDS
 from companion._checks import check_choice, check_str
 from companion.backends._probes import CHANGED, UNCHANGED
+from companion.backends._runner import run_on_backend
 
 _BACKEND = keras.backend.backend()
 #: How far the loader's predictions may be from the saver's: float32 matmuls summed in another
@@ -130,8 +131,12 @@ def probe_keras_file(folder: str, saver: str = "tensorflow") -> str:
 
 def probe_keras_file_across(folder: str) -> str:
     """The row a user without TensorFlow can run: ``probe_keras_file`` on the file saved under
-    the other of JAX and PyTorch (``OTHER_SAVER``; TensorFlow loads JAX's)."""
-    return probe_keras_file(folder, OTHER_SAVER[_BACKEND])
+    the other of JAX and PyTorch (``OTHER_SAVER``; TensorFlow loads JAX's). Where ``folder``
+    lacks that file, a child process of the saver's backend writes it first (``save_here``)."""
+    saver = OTHER_SAVER[_BACKEND]
+    if not (Path(folder) / predictions_file(saver)).exists():  # written after the model
+        run_on_backend(save_here, saver, folder)
+    return probe_keras_file(folder, saver)
 
 
 def resume_here(folder: str, saver: str) -> dict:

@@ -14,7 +14,8 @@ from companion.backends._runner import run_on_backend
 from companion.backends._steps import step_losses
 
 #: The table's rows: the customisation as the chapter names it, and its probe. The ``.keras``
-#: row's probe takes the folder of the TensorFlow-saved file.
+#: rows' probes take the folder of the saved files: TensorFlow's, and the other of JAX and
+#: PyTorch (TensorFlow loads JAX's), which a child writes where the folder lacks it.
 ROWS = {
     "composed op (keras.ops)": _probes.probe_composed_op,
     "custom layer (add_weight, get_config, seeds)": _probes.probe_custom_layer,
@@ -25,6 +26,7 @@ ROWS = {
     "overridden compute_loss": _probes.probe_compute_loss,
     "keras.ops.custom_gradient": _probes.probe_custom_gradient,
     ".keras file saved under TensorFlow": _keras_file.probe_keras_file,
+    ".keras file saved under JAX or PyTorch": _keras_file.probe_keras_file_across,
     "chapter 8's train_step": _steps.probe_train_step,
     "tf.py_function": _tf_only.probe_py_function,
     "tf.custom_gradient": _tf_only.probe_tf_custom_gradient,
@@ -54,6 +56,11 @@ EXPECTED = {
             _probes.CHANGED + "def grad(*args, upstream=None)",
         ),
         ".keras file saved under TensorFlow": (_SAME, _SAME, _SAME),
+        ".keras file saved under JAX or PyTorch": (  # JAX's file, PyTorch's on JAX
+            _SAME,
+            _probes.CHANGED + 'custom_objects={"Adam": keras.optimizers.Adam}',
+            _SAME,
+        ),
         "chapter 8's train_step": (
             _SAME,
             _probes.CHANGED + "a stateless train_step(self, state, data)",
@@ -106,6 +113,8 @@ def check_backends(backends: object) -> tuple[str, ...]:
 #: ``tf.distribute`` row runs ``DataParallel`` in that child instead of starting another.
 COLUMN_ENV = {"jax": _distribute.TWO_HOST_DEVICES}
 
+#: The probes that take the folder of the saved ``.keras`` files.
+_FILE_PROBES = (_keras_file.probe_keras_file, _keras_file.probe_keras_file_across)
 #: Rows probed first in a process: two TensorFlow replicas need the CPU split before TF starts.
 _FIRST = ("tf.distribute",)
 
@@ -140,7 +149,7 @@ def probe_column(folder: str, rows: Sequence[str] | None = None) -> dict:
     cells = {}
     for row in sorted(chosen, key=lambda name: name not in _FIRST):
         probe = ROWS[row]
-        arguments = (folder,) if probe is _keras_file.probe_keras_file else ()
+        arguments = (folder,) if probe in _FILE_PROBES else ()
         try:
             cells[row] = probe(*arguments)
         except Exception as error:  # a failed probe is a cell of the table, not a crash

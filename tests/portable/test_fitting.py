@@ -180,6 +180,19 @@ def test_find_learning_rate_refuses_what_it_cannot_read_in_the_project_form():
     assert weight_difference(model, classifier(False)) == 0.0
 
 
+def test_find_learning_rate_names_an_empty_data_loader_of_unknown_length():
+    data = pytest.importorskip("torch.utils.data")
+
+    class Nothing(data.IterableDataset):  # no __len__: the DataLoader cannot say its length
+        def __iter__(self):
+            return iter([])
+
+    model = classifier(False)
+    with pytest.raises(ValueError, match=r"^dataset: expected at least one batch, got none"):
+        find_learning_rate(model, data.DataLoader(Nothing(), batch_size=BATCH))
+    assert weight_difference(model, classifier(False)) == 0.0
+
+
 CHILD = """
 import json, sys
 import keras, numpy as np
