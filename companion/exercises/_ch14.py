@@ -77,6 +77,11 @@ LOSS_AND_UPDATES = (
 )
 
 
+def _error(error: Exception) -> str:
+    first = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {first}"
+
+
 def run_answer_source(source: str, namespace: dict) -> None:
     """Define the reader's function from ``source`` in ``namespace``, as the notebook did: under
     the reader's own ``__future__`` imports, not this module's (whose postponed annotations
@@ -98,21 +103,27 @@ def runs_against_fit(source: str) -> dict:
     try:
         answer = ordinary_run(answer_class)
     except Exception as error:  # noqa: BLE001 - reported to the reader by the check
-        first = str(error).splitlines()[0] if str(error) else ""
-        return {"answer": f"{type(error).__name__}: {first}", "keras": None}
+        return {"answer": _error(error), "keras": None}
     return {"answer": answer, "keras": ordinary_run(keras.Model)}
 
 
-def _runs(answer, context):
+def _in_child(answer, context, name: str, probe, backend: str):
+    """``probe(source)`` run once under ``backend`` in a fresh process, ``source`` the reader's
+    function defined under ``name`` (whatever the reader called it)."""
+
     def make():
         from companion.backends import run_on_backend
 
         source = textwrap.dedent(inspect.getsource(answer))
-        if answer.__name__ != "train_step":
-            source += f"\ntrain_step = {answer.__name__}\n"
-        return run_on_backend(runs_against_fit, "jax", source)
+        if answer.__name__ != name:
+            source += f"\n{name} = {answer.__name__}\n"
+        return run_on_backend(probe, backend, source)
 
-    return context.once("jax", make)
+    return context.once(backend, make)
+
+
+def _runs(answer, context):
+    return _in_child(answer, context, "train_step", runs_against_fit, "jax")
 
 
 def _answer_run(answer, context):
@@ -219,11 +230,6 @@ CUBE_WEIGHTS = np.array([1.0, -2.0, 0.5, 3.0], "float32")
 CUBE_GRADIENT = 2 * CUBE_WEIGHTS / (3 * np.cbrt(2 * CUBE_INPUTS) ** 2)
 
 
-def _error(error: Exception) -> str:
-    first = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {first}"
-
-
 def cube_root_report(source: str) -> dict:
     """Run on PyTorch by exercise 14.3: call ``register_cube_root()`` from ``source``, then
     ``torch.ops.exercise.cube_root`` eagerly, under ``torch.compile(fullgraph=True)`` without a
@@ -269,15 +275,7 @@ def cube_root_report(source: str) -> dict:
 
 
 def _cube_report(answer, context):
-    def make():
-        from companion.backends import run_on_backend
-
-        source = textwrap.dedent(inspect.getsource(answer))
-        if answer.__name__ != "register_cube_root":
-            source += f"\nregister_cube_root = {answer.__name__}\n"
-        return run_on_backend(cube_root_report, "torch", source)
-
-    return context.once("torch", make)
+    return _in_child(answer, context, "register_cube_root", cube_root_report, "torch")
 
 
 def _cube_stage(answer, context, name, needs):
